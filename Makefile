@@ -1,0 +1,30 @@
+# The README's commands. Each sets up .venv on first use (python3 -m venv + pip).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# JupyterLab refuses to run as root without this flag (classroom containers often are root).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: tutorial headline test bench html clean
+
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	rm -f $(VENV)/.installed-* && touch $@
+
+tutorial: $(STAMP)  ## open the tutorial in JupyterLab, on the first notebook
+	$(BIN)/jupyter lab notebooks/00-overview.ipynb $(ROOT_FLAG) $(JUPYTER_ARGS)
+
+headline: $(STAMP)  ## no browser: print and save the headline comparison
+	$(BIN)/python -m simlib headline --out out
+
+test: $(STAMP)  ## every test CI runs
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)  ## the simulator's speed benchmark
+	$(BIN)/python -m simlib.bench
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

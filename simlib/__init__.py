@@ -1,0 +1,25 @@
+"""simlib: a pure-Python model of CUDA graph capture, as PyTorch drives it.
+
+Start with ``Runtime`` (the host thread and CUDA runtime a program calls) and
+``Trace`` (the plain-data record of everything that happened, which the
+checker, the plots and the exporters read).
+"""
+
+from .errors import (CapturedEvent, CaptureError, IllegalAddress, ShapeMismatch,
+                     SimulatedError, StreamCaptureImplicit, StreamCaptureInvalidated,
+                     StreamCaptureIsolation, StreamCaptureUnjoined, StreamCaptureUnsupported)
+from .graph import CapturedGraph
+from .runtime import Runtime
+from .stream import Event, Stream
+from .tensor import RawArg, TensorHandle, raw
+from .timing import Profile
+from .trace import Trace
+from .values import Call, Const, Expr, Garbage, Sum, Sym, call
+
+__all__ = [
+    "Runtime", "Trace", "Profile", "Stream", "Event", "TensorHandle", "RawArg", "raw",
+    "CapturedGraph", "Expr", "Sym", "Const", "Call", "Sum", "Garbage", "call",
+    "SimulatedError", "CaptureError", "StreamCaptureUnsupported", "StreamCaptureInvalidated",
+    "StreamCaptureUnjoined", "StreamCaptureIsolation", "StreamCaptureImplicit", "CapturedEvent",
+    "ShapeMismatch", "IllegalAddress",
+]

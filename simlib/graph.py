@@ -1,0 +1,81 @@
+"""Captured graphs: a DAG of launches whose arguments were frozen at capture time.
+
+While a stream is captured, a launch does not run: it becomes a node that
+depends on the previous node of its stream plus whatever captured events its
+stream waited on. The ``Capture`` tracks, per participating stream, that
+*frontier*; capture ends cleanly only if every forked stream's frontier has
+been joined back into the origin stream's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .errors import CaptureError
+from .trace import Launch
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+    from .stream import Stream
+    from .tensor import TensorHandle
+
+
+class CapturedGraph:
+    """The result of a capture (``torch.cuda.CUDAGraph``): nodes with frozen args."""
+
+    def __init__(self, rt: "Runtime", id: int, label: str, stream: str) -> None:
+        self._rt = rt
+        self.id = id
+        self.label = label
+        self.stream = stream
+        self.nodes: list[Launch] = []
+        self.inputs: tuple["TensorHandle", ...] = ()
+        self.ok = False          # set when the capture ended without error
+        self.replays = 0
+
+    def replay(self, stream: "Stream | None" = None) -> None:
+        self._rt.replay(self, stream)
+
+    def node(self, label: str) -> Launch:
+        """The first node whose label or kernel is ``label`` (for tests and notebooks)."""
+        for n in self.nodes:
+            if label in (n.label, n.kernel):
+                return n
+        raise KeyError(f"graph {self.label!r} has no node labelled {label!r}; "
+                       f"labels: {[n.label for n in self.nodes]}")
+
+    def __repr__(self) -> str:
+        state = "ok" if self.ok else "not usable"
+        return f"<CapturedGraph {self.id} {self.label!r} {len(self.nodes)} nodes, {state}>"
+
+
+@dataclass
+class Capture:
+    """The state of a capture in progress."""
+
+    graph: CapturedGraph
+    origin: "Stream"
+    frontier: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    error: CaptureError | None = None   # the first error; the capture is invalidated
+
+    def capturing(self, stream: "Stream") -> bool:
+        return stream.name in self.frontier
+
+    def ancestors(self, nodes: tuple[int, ...]) -> set[int]:
+        """Every node reachable backwards from ``nodes`` (inclusive)."""
+        deps = {n.id: n.deps for n in self.graph.nodes}
+        seen: set[int] = set()
+        todo = list(nodes)
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(deps[n])
+        return seen
+
+    def unjoined(self) -> list[str]:
+        """Streams whose captured work the origin stream never waited for."""
+        joined = self.ancestors(self.frontier[self.origin.name])
+        return [s for s, tip in self.frontier.items()
+                if s != self.origin.name and not set(tip) <= joined]

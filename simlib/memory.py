@@ -1,0 +1,130 @@
+"""Storages, the caching allocator and the device's memory contents.
+
+A ``Storage`` owns a block of device addresses; tensor handles point into it.
+The ``CachingAllocator`` hands out concrete addresses the way PyTorch's does
+in the respects that matter here:
+
+* sizes round up to 512 bytes; a zero-byte storage has address 0;
+* a freed block is cached, not returned, and is handed out again to the next
+  request of the same rounded size *on the same stream* (no other stream may
+  reuse it, exactly like PyTorch), lowest address first;
+* while a stream is captured, its allocations come from the graph's private
+  pool, and blocks freed during the capture go back to that pool, so a stale
+  pointer frozen in one node can alias a newer tensor written by another.
+
+Not modelled: splitting and merging blocks (a freed block is reused only for
+the same rounded size), the small/large pool split, and returning memory to
+the driver.
+
+``DeviceMemory`` holds what each address range contains, as symbolic values.
+Freed memory keeps its contents: a stale read sees whatever is there now.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field
+
+from .values import Call, Expr, Garbage
+
+GRANULARITY = 512
+DEFAULT_POOL = "default"
+_POOL_BASE = {DEFAULT_POOL: 0x7F00_0000_0000}
+_GRAPH_POOL_BASE = 0x7E00_0000_0000
+_GRAPH_POOL_STRIDE = 0x0001_0000_0000
+
+
+def graph_pool(graph: int) -> str:
+    """Name of the private memory pool of captured graph ``graph``."""
+    return f"graph{graph}"
+
+
+def round_size(nbytes: int) -> int:
+    return -(-nbytes // GRANULARITY) * GRANULARITY
+
+
+@dataclass
+class Storage:
+    """A device block shared by every tensor handle (view) that points into it."""
+
+    id: int
+    label: str
+    ptr: int
+    nbytes: int
+    stream: str
+    pool: str
+    refs: int = 0
+    freed: bool = False
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"refs={self.refs}"
+        return f"<Storage {self.label!r} {hex(self.ptr)} {self.nbytes}B {self.pool}/{self.stream} {state}>"
+
+
+@dataclass
+class CachingAllocator:
+    """Per-pool bump allocation plus per-(pool, stream, size) free lists."""
+
+    _next: dict[str, int] = field(default_factory=dict)
+    _cached: dict[tuple[str, str, int], list[int]] = field(default_factory=dict)
+
+    def allocate(self, nbytes: int, stream: str, pool: str) -> int:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes; sizes must be >= 0")
+        if nbytes == 0:
+            return 0
+        size = round_size(nbytes)
+        cached = self._cached.get((pool, stream, size))
+        if cached:
+            return heapq.heappop(cached)
+        ptr = self._next.get(pool, _pool_base(pool))
+        self._next[pool] = ptr + size
+        return ptr
+
+    def release(self, ptr: int, nbytes: int, stream: str, pool: str) -> None:
+        if ptr == 0:
+            return
+        heapq.heappush(self._cached.setdefault((pool, stream, round_size(nbytes)), []), ptr)
+
+
+def _pool_base(pool: str) -> int:
+    if pool in _POOL_BASE:
+        return _POOL_BASE[pool]
+    return _GRAPH_POOL_BASE + int(pool.removeprefix("graph")) * _GRAPH_POOL_STRIDE
+
+
+@dataclass
+class DeviceMemory:
+    """Symbolic contents of device memory, by address range."""
+
+    _regions: dict[int, tuple[int, Expr]] = field(default_factory=dict)
+    _starts: list[int] = field(default_factory=list)
+
+    def write(self, ptr: int, nbytes: int, value: Expr) -> None:
+        end = ptr + nbytes
+        i = max(bisect.bisect_right(self._starts, ptr) - 1, 0)
+        while i < len(self._starts) and self._starts[i] < end:
+            start = self._starts[i]
+            if start + self._regions[start][0] > ptr:
+                del self._regions[start]
+                del self._starts[i]
+            else:
+                i += 1
+        self._regions[ptr] = (nbytes, value)
+        bisect.insort(self._starts, ptr)
+
+    def read(self, ptr: int, nbytes: int) -> Expr:
+        exact = self._regions.get(ptr)
+        if exact is not None and exact[0] == nbytes:
+            return exact[1]
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i >= 0:
+            start = self._starts[i]
+            size, value = self._regions[start]
+            if start + size >= ptr + nbytes:
+                off = ptr - start
+                return Call(f"bytes[{off}:{off + nbytes}]", (value,))
+            if start + size > ptr:
+                return Garbage(f"bytes at {hex(ptr)} mix several writes")
+        return Garbage(f"uninitialised memory at {hex(ptr)}")

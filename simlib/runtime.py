@@ -1,0 +1,595 @@
+"""The host thread and its CUDA runtime: the API a simulated program calls.
+
+A program is ordinary Python that calls a ``Runtime`` the way real code calls
+``torch`` and ``torch.cuda``. Every call is one host step: it costs host time,
+is appended to ``rt.trace``, and runs in program order. Launches are
+asynchronous: the host snapshots the arguments, schedules the kernel on the
+device model and moves on. Under capture, launches become graph nodes that run
+only when the graph replays, with the arguments frozen at capture time.
+
+    rt = Runtime()
+    x = rt.from_host((16, 512), "x", value="x1")
+    with rt.graph(label="decode") as g:
+        y = rt.op("mlp", x, out_shape=(16, 512), role="shared")
+    x.copy_(rt.from_host((16, 512), "x_new", value="x2"))
+    g.replay()
+    rt.read(y)            # -> mlp(x2)
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+from .device import Device, KernelFn
+from .errors import (CapturedEvent, CaptureError, IllegalAddress, ShapeMismatch,
+                     StreamCaptureImplicit, StreamCaptureInvalidated,
+                     StreamCaptureIsolation, StreamCaptureUnjoined,
+                     StreamCaptureUnsupported)
+from .graph import Capture, CapturedGraph
+from .memory import DEFAULT_POOL, CachingAllocator, Storage, graph_pool
+from .stream import Event, Stream
+from .tensor import RawArg, TensorHandle
+from .timing import Profile, place
+from .trace import (Alloc, Arg, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
+                    Mutation, Replay, SkippedLaunch, Trace)
+from .trace import Capture as CaptureRecord
+from .values import ZERO, Call, Expr, Sum, Sym, terms
+
+ArgLike = TensorHandle | RawArg
+
+
+class Runtime:
+    """One host thread driving one simulated GPU."""
+
+    def __init__(self, profile: Profile | None = None) -> None:
+        self.profile = profile or Profile()
+        self.trace = Trace(meta={"source": "simlib", "profile": self.profile.name})
+        self.now = 0.0
+        self.step = -1
+        self.device = Device()
+        self.allocator = CachingAllocator()
+        self.default_stream = Stream(self, "default", legacy=True)
+        self.current_stream = self.default_stream
+        self.streams: dict[str, Stream] = {"default": self.default_stream}
+        self.graphs: list[CapturedGraph] = []
+        self._capture: Capture | None = None
+        self._kernel_fns: dict[int, KernelFn] = {}
+        self._ids = {"tensor": 0, "storage": 0, "launch": 0, "event": 0}
+        self._sticky: IllegalAddress | None = None
+
+    # ------------------------------------------------------------------ host clock
+    def _next_id(self, kind: str) -> int:
+        n = self._ids[kind]
+        self._ids[kind] = n + 1
+        return n
+
+    def _host(self, cost: float) -> int:
+        """Start one host step: raise a sticky fault, advance the clock and the device."""
+        self._raise_fault()
+        self.step += 1
+        self.now += cost
+        self.device.advance(self.now)
+        self._raise_fault()
+        return self.step
+
+    def _raise_fault(self) -> None:
+        if self._sticky is not None:
+            raise self._sticky
+        fault = self.device.fault
+        if fault is not None:
+            self._sticky = IllegalAddress(
+                f"{fault.detail}. The context is now unusable: every later call fails. "
+                "A kernel froze a null pointer; check what the host did to that tensor "
+                "before the launch (set_, resize_, dispose) and pass a live buffer.")
+            self.trace.records.append(Fault(fault.launch.step, self.now, IllegalAddress.code,
+                                            fault.launch.id, fault.detail))
+            raise self._sticky
+
+    def _wait_device(self, until: float) -> None:
+        """The host blocks until device time ``until``."""
+        self.now = max(self.now, until)
+        self.device.advance(self.now)
+        self._raise_fault()
+
+    # ------------------------------------------------------------------ streams
+    def Stream(self, name: str, *, blocking: bool = False) -> Stream:  # noqa: N802 (mirrors torch)
+        """A new stream (``torch.cuda.Stream()``); names must be unique."""
+        if name in self.streams:
+            raise ValueError(f"a stream named {name!r} already exists; pick another name")
+        s = Stream(self, name, blocking=blocking)
+        self.streams[name] = s
+        return s
+
+    def Event(self) -> Event:  # noqa: N802 (mirrors torch)
+        return Event(self, self._next_id("event"))
+
+    @contextmanager
+    def stream(self, s: Stream) -> Iterator[Stream]:
+        """``with torch.cuda.stream(s):`` make ``s`` the current stream."""
+        if not isinstance(s, Stream):
+            raise TypeError(f"rt.stream() takes a Stream, got {type(s).__name__}")
+        previous, self.current_stream = self.current_stream, s
+        try:
+            yield s
+        finally:
+            self.current_stream = previous
+
+    def _capturing(self, s: Stream) -> Capture | None:
+        cap = self._capture
+        return cap if cap is not None and cap.capturing(s) else None
+
+    def _check_capture_ok(self, s: Stream, what: str) -> Capture | None:
+        """Refuse work on a stream whose capture was already invalidated."""
+        cap = self._capturing(s)
+        if cap is not None and cap.error is not None:
+            raise StreamCaptureInvalidated(
+                f"{what} on stream {s.name!r}: the capture of graph {cap.graph.label!r} was "
+                f"invalidated earlier by {cap.error.code}; every captured operation fails "
+                "until the capture ends. Fix the first error.")
+        if cap is None and s.legacy and self._capture is not None and any(
+                self.streams[n].blocking for n in self._capture.frontier):
+            self._fail(StreamCaptureImplicit(
+                f"{what} on the legacy default stream would implicitly wait for a blocking "
+                "stream that is being captured. Issue the work on a non-blocking stream."))
+        return cap
+
+    def _fail(self, error: CaptureError) -> None:
+        """Invalidate the capture in progress with its first error, and raise it."""
+        if self._capture is not None and self._capture.error is None:
+            self._capture.error = error
+        raise error
+
+    def record_event(self, event: Event, s: Stream) -> None:
+        step = self._host(self.profile.host_op_us)
+        cap = self._check_capture_ok(s, "event.record()")
+        if cap is not None:
+            event.graph, event.nodes, event.time = cap.graph.id, cap.frontier[s.name], None
+        else:
+            event.graph, event.nodes, event.time = None, (), s.ready
+        event.stream = s.name
+        self.trace.records.append(EventOp(step, self.now, "record", event.id, s.name,
+                                          event.graph, event.nodes))
+
+    def wait_event(self, s: Stream, event: Event) -> None:
+        step = self._host(self.profile.host_op_us)
+        cap = self._check_capture_ok(s, "stream.wait_event()")
+        if event.captured:
+            active = self._capture
+            if active is None or active.graph.id != event.graph:
+                raise CapturedEvent(
+                    f"stream {s.name!r} waits on event {event.id}, last recorded inside the "
+                    f"capture of graph {event.graph}, which has ended. Record the event again "
+                    "outside the capture before waiting on it.")
+            # Waiting on a captured event pulls the stream into the capture (a fork).
+            current = active.frontier.get(s.name, ())
+            active.frontier[s.name] = tuple(dict.fromkeys(current + event.nodes))
+        elif cap is not None and event.time is not None:
+            self._fail(StreamCaptureIsolation(
+                f"stream {s.name!r} is being captured and waits on event {event.id}, recorded "
+                f"outside the capture on {event.stream!r}. A graph cannot depend on uncaptured "
+                "work: record the event inside the capture, or finish that work before "
+                "capture begins."))
+        elif event.time is not None:
+            s.waits = max(s.waits, event.time)
+        self.trace.records.append(EventOp(step, self.now, "wait", event.id, s.name,
+                                          event.graph, event.nodes))
+
+    def wait_stream(self, s: Stream, other: Stream) -> None:
+        """``s.wait_stream(other)``: record an event on ``other`` and wait on it."""
+        event = self.Event()
+        self.record_event(event, other)
+        self.wait_event(s, event)
+
+    def query_event(self, event: Event) -> bool:
+        step = self._host(self.profile.host_op_us)
+        self._refuse_captured_event(event, "event.query()")
+        self.trace.records.append(EventOp(step, self.now, "query", event.id, None, None))
+        return event.time is None or event.time <= self.now
+
+    def synchronize_event(self, event: Event) -> None:
+        step = self._host(self.profile.host_op_us)
+        self._refuse_captured_event(event, "event.synchronize()")
+        self.trace.records.append(EventOp(step, self.now, "synchronize", event.id, None, None))
+        if event.time is not None:
+            self._wait_device(event.time)
+
+    def _refuse_captured_event(self, event: Event, what: str) -> None:
+        if event.captured:
+            raise CapturedEvent(
+                f"{what} on event {event.id}, last recorded inside the capture of graph "
+                f"{event.graph}: a captured event marks a point in a graph, not in time, so the "
+                "host cannot ask whether it happened. Query an event recorded outside capture.")
+
+    def synchronize_stream(self, s: Stream) -> None:
+        step = self._host(self.profile.host_op_us)
+        if self._capturing(s) is not None:
+            self._fail(StreamCaptureUnsupported(
+                f"stream.synchronize() on {s.name!r} while it is being captured: there is no "
+                "device work to wait for during capture. Move the sync out of the captured region."))
+        self.trace.records.append(HostSync(step, self.now, "stream.synchronize", "", s.name))
+        self._wait_device(s.ready)
+
+    def synchronize(self) -> None:
+        """``torch.cuda.synchronize()``: the host waits for every stream."""
+        step = self._host(self.profile.host_op_us)
+        if self._capture is not None:
+            self._fail(StreamCaptureUnsupported(
+                "torch.cuda.synchronize() while a stream is being captured; a device-wide sync "
+                "is not permitted during capture. Move the sync before or after the capture."))
+        self.trace.records.append(HostSync(step, self.now, "synchronize", "", None))
+        self._wait_device(max(s.ready for s in self.streams.values()))
+
+    # ------------------------------------------------------------------ memory
+    def _pool_for(self, s: Stream) -> str:
+        cap = self._capturing(s)
+        return graph_pool(cap.graph.id) if cap is not None else DEFAULT_POOL
+
+    def empty(self, shape: Sequence[int], label: str | None = None, *, itemsize: int = 2) -> TensorHandle:
+        """``torch.empty``: a new storage on the current stream (no kernel runs)."""
+        shape = _check_shape(shape, "empty")
+        if itemsize <= 0:
+            raise ValueError(f"itemsize={itemsize} must be a positive number of bytes")
+        step = self._host(self.profile.host_op_us)
+        return self._new_tensor(step, shape, label, itemsize)
+
+    def _new_tensor(self, step: int, shape: tuple[int, ...], label: str | None,
+                    itemsize: int) -> TensorHandle:
+        s = self.current_stream
+        tid = self._next_id("tensor")
+        label = label or f"t{tid}"
+        nbytes = math.prod(shape) * itemsize
+        pool = self._pool_for(s)
+        ptr = self.allocator.allocate(nbytes, s.name, pool)
+        storage = Storage(self._next_id("storage"), label, ptr, nbytes, s.name, pool, refs=1)
+        if nbytes:
+            self.trace.records.append(Alloc(step, self.now, tid, label, ptr, nbytes, s.name, pool))
+        return TensorHandle(self, tid, label, storage, shape, 0, itemsize)
+
+    def zeros(self, shape: Sequence[int], label: str | None = None, *, itemsize: int = 2) -> TensorHandle:
+        t = self.empty(shape, label, itemsize=itemsize)
+        self.launch("fill_", writes=[t], fn=lambda: ZERO, role="fill", label=f"zero {t.label}")
+        return t
+
+    def from_host(self, shape: Sequence[int], label: str | None = None, *, value: Expr | str,
+                  itemsize: int = 2) -> TensorHandle:
+        """A tensor filled from host data (``torch.tensor(data, device="cuda")``).
+
+        A copy from pageable host memory synchronises, so it is refused during capture.
+        """
+        if self._capturing(self.current_stream) is not None:
+            self._host(self.profile.host_op_us)
+            self._fail(StreamCaptureUnsupported(
+                f"copying host data into {label!r} while capturing: a pageable host-to-device "
+                "copy synchronises. Create inputs before capture and copy_ into them."))
+        t = self.empty(shape, label, itemsize=itemsize)
+        v = Sym(value) if isinstance(value, str) else value
+        self.launch("copy_h2d", writes=[t], fn=lambda: v, role="copy", label=f"upload {t.label}")
+        return t
+
+    def view(self, t: TensorHandle, shape: tuple[int, ...], *, offset: int = 0,
+             label: str | None = None) -> TensorHandle:
+        """A new handle on ``t``'s storage (``t.view``/slicing)."""
+        shape = _check_shape(shape, "view")
+        end = (t.offset + offset + math.prod(shape)) * t.itemsize
+        if offset < 0 or end > t.storage.nbytes:
+            raise ValueError(
+                f"view of {t.label!r} with offset {offset} and shape {shape} ends at byte {end}, "
+                f"past its storage of {t.storage.nbytes} bytes")
+        self._host(self.profile.host_op_us)
+        t.storage.refs += 1
+        tid = self._next_id("tensor")
+        return TensorHandle(self, tid, label or f"{t.label}.view", t.storage, shape,
+                            t.offset + offset, t.itemsize)
+
+    def set_(self, t: TensorHandle, source: TensorHandle | None = None, *, why: str = "") -> TensorHandle:
+        """``t.set_(source)``: repoint ``t`` on the host; ``None`` makes it empty (pointer 0)."""
+        step = self._host(self.profile.host_op_us)
+        old = (t.ptr, t.numel, t.shape)
+        old_storage = t.storage
+        if source is None:
+            t.storage = Storage(self._next_id("storage"), f"{t.label}.empty", 0, 0,
+                                self.current_stream.name, DEFAULT_POOL, refs=1)
+            t.shape, t.offset = (0,), 0
+        else:
+            source.storage.refs += 1
+            t.storage, t.shape, t.offset = source.storage, source.shape, source.offset
+        cap = self._capture
+        self.trace.records.append(Mutation(step, self.now, "set_", t.id, t.label, *old,
+                                           t.ptr, t.numel, t.shape,
+                                           cap.graph.id if cap else None, why))
+        self._drop(old_storage, step)
+        return t
+
+    def resize_(self, t: TensorHandle, shape: tuple[int, ...]) -> TensorHandle:
+        """``t.resize_(shape)``: grows into a new storage when the old one is too small."""
+        shape = _check_shape(shape, "resize_")
+        step = self._host(self.profile.host_op_us)
+        old = (t.ptr, t.numel, t.shape)
+        old_storage = t.storage
+        nbytes = (t.offset + math.prod(shape)) * t.itemsize
+        if nbytes > old_storage.nbytes:
+            fresh = self._new_tensor(step, (math.prod(shape),), t.label, t.itemsize)
+            t.storage, t.offset = fresh.storage, 0
+        t.shape = shape
+        cap = self._capture
+        self.trace.records.append(Mutation(step, self.now, "resize_", t.id, t.label, *old,
+                                           t.ptr, t.numel, t.shape,
+                                           cap.graph.id if cap else None))
+        if t.storage is not old_storage:
+            self._drop(old_storage, step)
+        return t
+
+    def release(self, t: TensorHandle) -> None:
+        """Drop this handle's reference (``del t``); the last one frees the block."""
+        step = self._host(self.profile.host_op_us)
+        storage = t.storage
+        t.storage = Storage(-1, f"{t.label}.released", 0, 0, storage.stream, DEFAULT_POOL)
+        t.shape = (0,)
+        self._drop(storage, step)
+
+    def _drop(self, storage: Storage, step: int) -> None:
+        storage.refs -= 1
+        if storage.refs > 0 or storage.freed or storage.nbytes == 0:
+            return
+        storage.freed = True
+        self.allocator.release(storage.ptr, storage.nbytes, storage.stream, storage.pool)
+        cap = self._capture
+        self.trace.records.append(Free(step, self.now, storage.label, storage.ptr, storage.nbytes,
+                                       storage.stream, storage.pool, cap.graph.id if cap else None))
+
+    # ------------------------------------------------------------------ kernels
+    def launch(self, kernel: str, *, reads: Sequence[ArgLike] = (), writes: Sequence[ArgLike] = (),
+               fn: KernelFn | None = None, role: str = "other", label: str | None = None,
+               duration_us: float | None = None, pdl: bool = False) -> Launch | None:
+        """Launch ``kernel`` on the current stream; returns its record, or None if skipped.
+
+        The host reads every argument's pointer, size and shape *now* and freezes
+        them. ``fn`` maps the values read to the values written (one per entry of
+        ``writes``); by default each output is ``kernel(inputs...)``. Like PyTorch,
+        an op whose outputs all have zero elements launches nothing, but a raw
+        pointer argument (``raw(t, n)``) always launches.
+        """
+        s = self.current_stream
+        step = self._host(self.profile.launch_host_us)
+        cap = self._check_capture_ok(s, f"launching {kernel!r}")
+        label = label or kernel
+        if fn is None:
+            fn = (lambda *vals: tuple(Call(kernel, tuple(vals)) for _ in writes))
+        args = tuple(_snapshot(a, f"in{i}", "r") for i, a in enumerate(reads)) + \
+            tuple(_snapshot(a, f"out{i}", "w") for i, a in enumerate(writes))
+        tensor_writes = [a for a in writes if isinstance(a, TensorHandle)]
+        if tensor_writes and len(tensor_writes) == len(writes) and all(a.numel == 0 for a in tensor_writes):
+            self.trace.records.append(SkippedLaunch(step, self.now, kernel, label, role, s.name,
+                                                    cap.graph.id if cap else None,
+                                                    "every output has zero elements", args))
+            return None
+        duration = self.profile.duration(role) if duration_us is None else duration_us
+        if duration < 0:
+            raise ValueError(f"duration_us={duration} for {kernel!r} must be >= 0")
+        lid = self._next_id("launch")
+        if cap is not None:
+            record = Launch(step, self.now, lid, kernel, label, role, s.name, args,
+                            cap.graph.id, cap.frontier[s.name], pdl)
+            cap.frontier[s.name] = (lid,)
+            cap.graph.nodes.append(record)
+            self._kernel_fns[lid] = fn
+            self.trace.records.append(record)
+            return record
+        record = Launch(step, self.now, lid, kernel, label, role, s.name, args, None, (), pdl)
+        self.trace.records.append(record)
+        self._run_eager(record, s, fn, duration)
+        return record
+
+    def _run_eager(self, record: Launch, s: Stream, fn: KernelFn, duration: float) -> None:
+        waits = s.waits
+        if s.legacy:   # the legacy stream waits for every blocking stream ...
+            waits = max([waits] + [o.ready for o in self.streams.values() if o.blocking and o is not s])
+        elif s.blocking:  # ... and every blocking stream waits for the legacy stream
+            waits = max(waits, self.default_stream.ready)
+        slot = place(issue=self.now + self.profile.launch_latency_us, duration=duration,
+                     same_stream_end=s.tail_end, same_stream_start=s.tail_start,
+                     cross_ready=waits if waits > float("-inf") else None,
+                     gap=self.profile.stream_gap_us, pdl=record.pdl,
+                     profile=self.profile)
+        s.tail_start, s.tail_end, s.waits = slot.start, slot.end, float("-inf")
+        self.trace.records.append(DeviceSpan(record.step, self.now, record.id, s.name,
+                                             slot.start, slot.end, "eager"))
+        self.device.schedule(record, slot, fn)
+
+    def op(self, kernel: str, *inputs: TensorHandle, out_shape: Sequence[int], role: str = "other",
+           label: str | None = None, fn: KernelFn | None = None, duration_us: float | None = None,
+           pdl: bool = False) -> TensorHandle:
+        """An out-of-place op: allocate the output on the current stream, then launch."""
+        out = self.empty(out_shape, label or kernel)
+        self.launch(kernel, reads=inputs, writes=[out], fn=fn, role=role, label=label,
+                    duration_us=duration_us, pdl=pdl)
+        return out
+
+    def linear(self, name: str, x: TensorHandle, in_features: int, out_features: int, *,
+               role: str = "other", label: str | None = None, fn: KernelFn | None = None,
+               out: TensorHandle | None = None) -> TensorHandle:
+        """``x @ W.T`` for a weight of shape (out_features, in_features), shape-checked like torch."""
+        step_label = label or name
+        if len(x.shape) != 2 or x.shape[-1] != in_features:
+            self._host(self.profile.host_op_us)
+            rows = x.shape[0] if len(x.shape) == 2 else 1
+            raise ShapeMismatch(
+                f"{step_label}: mat1 and mat2 shapes cannot be multiplied "
+                f"({rows}x{x.shape[-1] if x.shape else 0} and {in_features}x{out_features}); "
+                f"input {x.label!r} has shape {list(x.shape)} but the weight expects "
+                f"{in_features} features. Was {x.label!r} emptied (set_/dispose) before this op?")
+        fn = fn or (lambda v: Call(name, (v,)))
+        if out is None:
+            return self.op(name, x, out_shape=(x.shape[0], out_features), role=role,
+                           label=step_label, fn=fn)
+        self.launch(name, reads=[x], writes=[out], role=role, label=step_label, fn=fn)
+        return out
+
+    def add(self, *tensors: TensorHandle, label: str = "add", role: str = "merge",
+            pdl: bool = False) -> TensorHandle:
+        """``a + b (+ c ...)`` with torch's shape check (no broadcasting modelled)."""
+        if len(tensors) < 2:
+            raise ValueError(f"{label}: add() needs at least two tensors, got {len(tensors)}")
+        a = tensors[0]
+        for b in tensors[1:]:
+            if a.shape != b.shape:
+                self._host(self.profile.host_op_us)
+                dim = next((i for i, (p, q) in enumerate(zip(a.shape, b.shape)) if p != q),
+                           min(len(a.shape), len(b.shape)))
+                p = a.shape[dim] if dim < len(a.shape) else 1
+                q = b.shape[dim] if dim < len(b.shape) else 1
+                raise ShapeMismatch(
+                    f"{label}: the size of tensor a ({p}) must match the size of tensor b ({q}) "
+                    f"at dimension {dim}: {a.label!r} is {list(a.shape)}, {b.label!r} is "
+                    f"{list(b.shape)}")
+        return self.op(label, *tensors, out_shape=a.shape, role=role, label=label,
+                       fn=lambda *vals: Sum(tuple(t for v in vals for t in terms(v))), pdl=pdl)
+
+    def copy_(self, dst: TensorHandle, src: TensorHandle) -> TensorHandle:
+        """``dst.copy_(src)``: a device copy (how new inputs reach a captured graph)."""
+        if dst.numel != src.numel:
+            self._host(self.profile.host_op_us)
+            raise ShapeMismatch(f"copy_: {dst.label!r} has {dst.numel} elements but "
+                                f"{src.label!r} has {src.numel}")
+        self.launch("copy_", reads=[src], writes=[dst], fn=lambda v: v, role="copy",
+                    label=f"copy {src.label} -> {dst.label}")
+        return dst
+
+    def clone(self, t: TensorHandle, label: str | None = None) -> TensorHandle:
+        out = self.empty(t.shape, label or f"{t.label}.clone", itemsize=t.itemsize)
+        self.launch("clone", reads=[t], writes=[out], fn=lambda v: v, role="copy",
+                    label=f"clone {t.label}")
+        return out
+
+    def item(self, t: TensorHandle) -> Expr:
+        """``t.item()``: copy to the host and wait, so it is illegal during capture."""
+        s = self.current_stream
+        step = self._host(self.profile.host_op_us)
+        if self._capturing(s) is not None:
+            self._fail(StreamCaptureUnsupported(
+                f"{t.label!r}.item() reads a device value on the host while stream {s.name!r} is "
+                "being captured; the value does not exist until replay. Keep the value on the "
+                "device (use a tensor op instead) or read it after replay."))
+        self.trace.records.append(HostSync(step, self.now, "item", t.label, s.name))
+        self._wait_device(s.ready)
+        return self.device.memory.read(t.ptr, t.nbytes)
+
+    def read(self, t: TensorHandle) -> Expr:
+        """What ``t`` holds once all device work is done (a test/notebook helper)."""
+        self.synchronize()
+        return self.device.memory.read(t.ptr, t.nbytes) if t.nbytes else Sym("<empty>")
+
+    # ------------------------------------------------------------------ capture and replay
+    @contextmanager
+    def graph(self, stream: Stream | None = None, *, label: str = "graph",
+              inputs: Sequence[TensorHandle] = ()) -> Iterator[CapturedGraph]:
+        """``with torch.cuda.graph(g, stream=...)``: capture everything issued inside.
+
+        Like PyTorch, it synchronises the device first and captures on a side
+        stream of its own unless ``stream`` is given; that stream is current for
+        the duration. ``inputs`` names the static input buffers that replays
+        must refresh (used by the checker's stale-input rule).
+        """
+        if self._capture is not None:
+            raise ValueError("simlib models one capture at a time; end the capture of "
+                             f"{self._capture.graph.label!r} before starting another")
+        self.synchronize()
+        if stream is None:
+            name = f"capture{len(self.graphs)}"
+            stream = self.streams.get(name) or self.Stream(name)
+        g = self._begin_capture(stream, label)
+        previous, self.current_stream = self.current_stream, stream
+        try:
+            yield g
+        except BaseException:
+            self.current_stream = previous
+            self._end_capture(g, inputs, failing=True)
+            raise
+        self.current_stream = previous
+        self._end_capture(g, inputs, failing=False)
+
+    def _begin_capture(self, stream: Stream, label: str) -> CapturedGraph:
+        step = self._host(self.profile.host_op_us)
+        if stream.legacy:
+            raise StreamCaptureUnsupported(
+                "CUDA graphs must be captured on a non-default stream (PyTorch refuses the "
+                "legacy default stream, which synchronises implicitly). Capture on rt.Stream(...) "
+                "or let rt.graph() create a side stream.")
+        g = CapturedGraph(self, len(self.graphs), label, stream.name)
+        self.graphs.append(g)
+        self._capture = Capture(g, stream, {stream.name: ()})
+        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name))
+        return g
+
+    def _end_capture(self, g: CapturedGraph, inputs: Sequence[TensorHandle], *, failing: bool) -> None:
+        cap = self._capture
+        assert cap is not None and cap.graph is g
+        step = self._host(self.profile.host_op_us)
+        error = cap.error
+        if error is None and not failing:
+            unjoined = cap.unjoined()
+            if unjoined:
+                error = StreamCaptureUnjoined(
+                    f"capture of {g.label!r} ended on {cap.origin.name!r} while stream(s) "
+                    f"{unjoined} still had captured work the origin stream never waited for. "
+                    f"Join them back first: {cap.origin.name}.wait_stream({unjoined[0]}).")
+        elif error is not None:
+            error = StreamCaptureInvalidated(
+                f"capture of {g.label!r} ended after it was invalidated by {error.code}")
+        self._capture = None
+        g.inputs = tuple(inputs)
+        g.ok = error is None and not failing
+        self.trace.records.append(CaptureRecord(
+            step, self.now, "end", g.id, cap.origin.name, tuple(t.ptr for t in inputs),
+            error.code if error else ("aborted" if failing else None)))
+        if error is not None and not failing:
+            raise error
+
+    def replay(self, g: CapturedGraph, stream: Stream | None = None) -> None:
+        """``g.replay()``: run every node with the arguments frozen at capture."""
+        s = stream or self.current_stream
+        step = self._host(self.profile.graph_launch_us)
+        if not g.ok:
+            raise ValueError(f"graph {g.label!r} cannot be replayed: its capture failed")
+        if self._capture is not None:
+            raise ValueError("replaying a graph inside another capture is not modelled")
+        p = self.profile
+        start0 = max(self.now + p.launch_latency_us, s.ready)
+        by_id: dict[int, tuple[Launch, float, float]] = {}
+        end_all = start0
+        index = g.replays
+        for node in g.nodes:
+            same = [by_id[d] for d in node.deps if by_id[d][0].stream == node.stream]
+            cross = [by_id[d][2] for d in node.deps if by_id[d][0].stream != node.stream]
+            prev = max(same, key=lambda t: t[2]) if same else None
+            slot = place(issue=start0, duration=p.duration(node.role), same_stream_end=prev[2] if prev else None,
+                         same_stream_start=prev[1] if prev else start0,
+                         cross_ready=max(cross) if cross else None, gap=p.graph_node_gap_us,
+                         pdl=node.pdl, profile=p)
+            by_id[node.id] = (node, slot.start, slot.end)
+            end_all = max(end_all, slot.end)
+            self.trace.records.append(DeviceSpan(step, self.now, node.id, node.stream, slot.start,
+                                                 slot.end, "replay", index))
+            self.device.schedule(node, slot, self._kernel_fns[node.id])
+        s.tail_start, s.tail_end, s.waits = start0, end_all, float("-inf")
+        g.replays += 1
+        self.trace.records.append(Replay(step, self.now, g.id, index, s.name))
+
+
+def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
+    shape = tuple(shape)
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ValueError(f"{what}: shape {list(shape)} must be a sequence of non-negative ints")
+    return shape
+
+
+def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
+    """Freeze an argument the way a kernel launch does: by value, on the host, now."""
+    if isinstance(a, RawArg):
+        t = a.tensor
+        return Arg(name, t.id, t.label, t.ptr, a.numel, (a.numel,), a.numel * t.itemsize, access)
+    if isinstance(a, TensorHandle):
+        return Arg(name, a.id, a.label, a.ptr, a.numel, a.shape, a.nbytes, access)
+    raise TypeError(f"kernel arguments must be TensorHandle or raw(...), got {type(a).__name__}")

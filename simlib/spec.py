@@ -1,0 +1,175 @@
+"""The MoE scenario, described once as plain data, for the simulator and the GPU.
+
+``MoEConfig`` names one configuration of the dual-stream MoE decode step of
+DESIGN.md: which branch the host issues first under capture, how the shared
+branch consumes the layer input, what ``dispose_tensor`` does, and how the
+replays get their inputs. ``simlib.scenarios`` builds a simulated program from
+it and ``gpu_demo`` builds a real PyTorch run from the very same object, so the
+two sides cannot drift apart. ``MATRIX`` is the conformance matrix both run.
+
+Outcome classes (the vocabulary both sides report)
+--------------------------------------------------
+``correct``                every replay matched the eager reference
+``silent_wrong``           replays ran without error and computed something else
+``illegal_address``        a replay faulted (sticky ``cudaErrorIllegalAddress``)
+``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
+                           (``cudaErrorStreamCaptureUnsupported``, ...) or
+                           ``shape_mismatch`` for a host-side shape check
+``timing_dependent``       a race: the result depends on device timing
+                           (simulator prediction only; the GPU reports what it saw)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+ORDERS = ("shared_first", "routed_first")
+ROUTED_STREAMS = ("main", "alt")
+SHARED_MODES = ("plain", "static_buffer", "raw_kernel")
+DISPOSE_POLICIES = ("always", "skip_in_capture", "own_buffer", "never")
+INPUT_MODES = ("fresh", "stale", "same_as_eager")
+CAPTURE_FAULTS = (
+    "none",
+    "device_sync",           # torch.cuda.synchronize() inside capture
+    "item",                  # a host read of a device value (.item()) inside capture
+    "unjoined",              # the alternate stream never joins back
+    "uncaptured_wait",       # a capturing stream waits on an event recorded outside
+    "query_captured_event",  # event.query() on an event recorded inside the capture
+)
+
+CORRECT = "correct"
+SILENT_WRONG = "silent_wrong"
+ILLEGAL_ADDRESS = "illegal_address"
+TIMING_DEPENDENT = "timing_dependent"
+CAPTURE_ERROR_PREFIX = "capture_error:"
+SHAPE_MISMATCH = "shape_mismatch"
+
+
+def capture_error(name: str) -> str:
+    """The outcome string for a capture that failed with ``name``."""
+    return CAPTURE_ERROR_PREFIX + name
+
+
+def _choice(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"{field_name}={value!r} is not a valid choice; use one of: "
+            + ", ".join(repr(a) for a in allowed)
+        )
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """One configuration of the dual-stream MoE decode step.
+
+    order          which branch the host issues first inside the capture
+    shared_mode    how the shared expert consumes the layer input ``x``:
+                   ``plain`` torch ops merged with ``+``; ``static_buffer``, writes
+                   into a pre-zeroed output buffer and skips compute when ``x``
+                   has no rows; ``raw_kernel``, a raw-pointer kernel sized by the
+                   static batch
+    dispose        ``always`` (the incident), ``skip_in_capture``, ``own_buffer``
+                   (dispose only the routed path's own permuted copy, after use)
+                   or ``never``
+    clone          the shared branch reads a clone of ``x`` taken before the fork
+    inputs         ``fresh`` (copied into the captured input buffer before every
+                   replay), ``stale`` (never copied) or ``same_as_eager``
+    capture_fault  a deliberate capture mistake (``none`` for a clean capture)
+    routed_stream  where the routed experts run under capture: ``main`` (after
+                   SGLang PR #29142, so they can feed the residual add with PDL)
+                   or ``alt`` (before it; the shared expert then runs on main)
+    pdl            launch the residual add with programmatic dependent launch
+    """
+
+    order: str = "routed_first"
+    shared_mode: str = "static_buffer"
+    dispose: str = "always"
+    clone: bool = False
+    inputs: str = "fresh"
+    capture_fault: str = "none"
+    layers: int = 1
+    tokens: int = 16
+    hidden: int = 512
+    intermediate: int = 1024
+    experts: int = 8
+    top_k: int = 2
+    replays: int = 3
+    pdl: bool = False
+    routed_stream: str = "main"
+
+    def __post_init__(self) -> None:
+        _choice("order", self.order, ORDERS)
+        _choice("shared_mode", self.shared_mode, SHARED_MODES)
+        _choice("dispose", self.dispose, DISPOSE_POLICIES)
+        _choice("inputs", self.inputs, INPUT_MODES)
+        _choice("capture_fault", self.capture_fault, CAPTURE_FAULTS)
+        _choice("routed_stream", self.routed_stream, ROUTED_STREAMS)
+        for name in ("clone", "pdl"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name in ("layers", "tokens", "hidden", "intermediate", "experts", "top_k", "replays"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.layers > 61:
+            raise ValueError(f"layers={self.layers} is too many; DeepSeek-V3 has 61 layers (use 1 to 61)")
+        if self.top_k > self.experts:
+            raise ValueError(
+                f"top_k={self.top_k} is larger than experts={self.experts}; "
+                f"a token cannot pick more experts than exist (use top_k <= {self.experts})"
+            )
+
+    @property
+    def name(self) -> str:
+        """A short, stable identifier, e.g. ``routed_first/static_buffer/always``."""
+        parts = [self.order, self.shared_mode, self.dispose]
+        if self.clone:
+            parts.append("clone")
+        if self.inputs != "fresh":
+            parts.append(f"inputs={self.inputs}")
+        if self.capture_fault != "none":
+            parts.append(f"fault={self.capture_fault}")
+        return "/".join(parts)
+
+    def with_(self, **changes: Any) -> "MoEConfig":
+        """A copy with some options changed (validated like the original)."""
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {sorted(unknown)}; valid options: "
+                + ", ".join(f.name for f in fields(self))
+            )
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MoEConfig":
+        return cls().with_(**data)
+
+
+def _matrix() -> tuple[MoEConfig, ...]:
+    base = MoEConfig()
+    rows: list[MoEConfig] = []
+    # The measured table of DESIGN.md section 2: both orders x three shared modes.
+    for order in ORDERS:
+        for mode in SHARED_MODES:
+            rows.append(base.with_(order=order, shared_mode=mode))
+    # Every fix, applied to the routed-first order in the silent mode and the fault mode.
+    for mode in ("static_buffer", "raw_kernel"):
+        for dispose in ("skip_in_capture", "own_buffer", "never"):
+            rows.append(base.with_(shared_mode=mode, dispose=dispose))
+        rows.append(base.with_(shared_mode=mode, clone=True))
+    # Input handling: the stale-buffer trap and a forgotten refresh.
+    for order in ORDERS:
+        for inputs in ("stale", "same_as_eager"):
+            rows.append(base.with_(order=order, inputs=inputs))
+    # The capture mistakes DESIGN.md section 4 lists, on an otherwise correct program.
+    for fault in CAPTURE_FAULTS[1:]:
+        rows.append(base.with_(order="shared_first", capture_fault=fault))
+    return tuple(rows)
+
+
+MATRIX: tuple[MoEConfig, ...] = _matrix()

@@ -1,0 +1,290 @@
+"""The trace: one plain-data record of everything a program did, simulated or real.
+
+This module is the contract between the producers (the simulator engine and
+gpu_demo's recorder of real PyTorch runs) and the consumers (the hazard
+checker, the plots and the Perfetto export). It holds dataclasses only, so a
+trace is JSON-serialisable and the consumers never need the engine's objects.
+
+Vocabulary
+----------
+step
+    Position in *host program order*: every record the host thread produces
+    gets the next step number. Device spans carry the step of the launch (or
+    replay) that caused them.
+t_us
+    Host clock in microseconds when the record happened.
+Launch
+    A kernel launch: the host read each argument's pointer, element count and
+    shape *at launch time* and froze them into ``args``. A launch made while
+    a stream is being captured is a graph node (``graph`` is set, ``deps``
+    lists the nodes it waits for) and does not run until the graph replays.
+Mutation
+    A host-side change of a tensor's metadata (``set_``, ``resize_``): no
+    kernel runs, but every later launch reads the new pointer.
+DeviceSpan
+    When a launch (eager) or a graph node (replay) occupied a stream.
+
+Records appear in the order they were produced. Stream names are plain
+strings (``"default"`` is the legacy default stream).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar, Iterator, TypeVar
+
+TRACE_VERSION = 1
+
+TensorId = int
+LaunchId = int
+GraphId = int
+EventId = int
+DataPtr = int
+StreamName = str
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument as the host froze it at launch time."""
+
+    name: str
+    tensor: TensorId
+    label: str
+    ptr: DataPtr
+    numel: int
+    shape: tuple[int, ...]
+    nbytes: int
+    access: str  # "r", "w" or "rw"
+
+    @property
+    def reads(self) -> bool:
+        return "r" in self.access
+
+    @property
+    def writes(self) -> bool:
+        return "w" in self.access
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of every trace record: where in host order, and when."""
+
+    kind: ClassVar[str] = "record"
+    step: int
+    t_us: float
+
+
+@dataclass(frozen=True)
+class Alloc(Record):
+    """A storage got a device block (from the default pool or a graph's pool)."""
+
+    kind: ClassVar[str] = "alloc"
+    tensor: TensorId
+    label: str
+    ptr: DataPtr
+    nbytes: int
+    stream: StreamName
+    pool: str
+
+
+@dataclass(frozen=True)
+class Free(Record):
+    """A storage's last reference went; its block returned to ``pool``."""
+
+    kind: ClassVar[str] = "free"
+    label: str
+    ptr: DataPtr
+    nbytes: int
+    stream: StreamName
+    pool: str
+    graph: GraphId | None
+
+
+@dataclass(frozen=True)
+class Mutation(Record):
+    """Host-side metadata change of a tensor handle (``set_``, ``resize_``)."""
+
+    kind: ClassVar[str] = "mutation"
+    op: str
+    tensor: TensorId
+    label: str
+    old_ptr: DataPtr
+    old_numel: int
+    old_shape: tuple[int, ...]
+    new_ptr: DataPtr
+    new_numel: int
+    new_shape: tuple[int, ...]
+    graph: GraphId | None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Launch(Record):
+    """A kernel launch with its arguments frozen on the host."""
+
+    kind: ClassVar[str] = "launch"
+    id: LaunchId
+    kernel: str
+    label: str
+    role: str
+    stream: StreamName
+    args: tuple[Arg, ...]
+    graph: GraphId | None
+    deps: tuple[LaunchId, ...] = ()
+    pdl: bool = False
+
+
+@dataclass(frozen=True)
+class SkippedLaunch(Record):
+    """An op the host did not launch (zero elements, like PyTorch)."""
+
+    kind: ClassVar[str] = "skipped_launch"
+    kernel: str
+    label: str
+    role: str
+    stream: StreamName
+    graph: GraphId | None
+    reason: str
+    args: tuple[Arg, ...] = ()
+
+
+@dataclass(frozen=True)
+class EventOp(Record):
+    """``record``, ``wait``, ``query`` or ``synchronize`` on an event."""
+
+    kind: ClassVar[str] = "event"
+    op: str
+    event: EventId
+    stream: StreamName | None
+    graph: GraphId | None
+    deps: tuple[LaunchId, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostSync(Record):
+    """The host waited for the device (``synchronize``, ``.item()``)."""
+
+    kind: ClassVar[str] = "host_sync"
+    op: str
+    label: str
+    stream: StreamName | None
+
+
+@dataclass(frozen=True)
+class Capture(Record):
+    """Capture of a graph began or ended on ``stream``."""
+
+    kind: ClassVar[str] = "capture"
+    op: str  # "begin" | "end"
+    graph: GraphId
+    stream: StreamName
+    inputs: tuple[DataPtr, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Replay(Record):
+    """The host launched a captured graph."""
+
+    kind: ClassVar[str] = "replay"
+    graph: GraphId
+    index: int
+    stream: StreamName
+
+
+@dataclass(frozen=True)
+class DeviceSpan(Record):
+    """A launch (eager) or graph node (replay) running on a stream."""
+
+    kind: ClassVar[str] = "device_span"
+    launch: LaunchId
+    stream: StreamName
+    start_us: float
+    end_us: float
+    phase: str  # "eager" | "replay"
+    replay: int | None = None
+
+
+@dataclass(frozen=True)
+class Fault(Record):
+    """The device faulted (sticky: the context is unusable afterwards)."""
+
+    kind: ClassVar[str] = "fault"
+    error: str
+    launch: LaunchId | None
+    detail: str
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.kind: cls
+    for cls in (Alloc, Free, Mutation, Launch, SkippedLaunch, EventOp, HostSync,
+                Capture, Replay, DeviceSpan, Fault)
+}
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass
+class Trace:
+    """An ordered list of records plus free-form metadata (provenance)."""
+
+    records: list[Record] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    version: int = TRACE_VERSION
+
+    def of(self, kind: type[R]) -> Iterator[R]:
+        """Records of one type, in order."""
+        return (r for r in self.records if type(r) is kind)
+
+    def launches(self, graph: GraphId | None = None) -> list[Launch]:
+        """Eager launches (graph=None) or the nodes of one captured graph."""
+        return [r for r in self.of(Launch) if r.graph == graph]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "meta": self.meta,
+            "records": [{"kind": r.kind, **asdict(r)} for r in self.records],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trace":
+        version = data.get("version")
+        if version != TRACE_VERSION:
+            raise ValueError(
+                f"trace version {version!r} is not supported; this simlib reads "
+                f"version {TRACE_VERSION}. Re-record the trace with this version."
+            )
+        records = [_record_from_dict(r) for r in data.get("records", [])]
+        return cls(records=records, meta=dict(data.get("meta", {})), version=version)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Trace":
+        return cls.from_dict(json.loads(text))
+
+
+def _record_from_dict(data: dict[str, Any]) -> Record:
+    kind = data.get("kind")
+    if kind not in RECORD_TYPES:
+        raise ValueError(
+            f"unknown trace record kind {kind!r}; expected one of {sorted(RECORD_TYPES)}"
+        )
+    cls = RECORD_TYPES[kind]
+    values = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name == "args":
+            value = tuple(Arg(**{**a, "shape": tuple(a["shape"])}) for a in value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[f.name] = value
+    try:
+        return cls(**values)
+    except TypeError as exc:
+        raise ValueError(f"malformed {kind!r} record {data!r}: {exc}") from None
