@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from .memory import DeviceMemory
 from .timing import Slot
@@ -20,6 +20,7 @@ from .trace import Arg, Launch
 from .values import Expr
 
 KernelFn = Callable[..., "Expr | Sequence[Expr]"]
+_START, _FINISH = 0, 1
 
 
 @dataclass
@@ -35,47 +36,52 @@ class DeviceFault:
 class Device:
     memory: DeviceMemory = field(default_factory=DeviceMemory)
     fault: DeviceFault | None = None
-    _actions: list[tuple[float, int, Callable[[], None]]] = field(default_factory=list)
+    # (time, sequence, what, launch, payload): a heap, so ties keep issue order.
+    _actions: list[tuple[float, int, int, Launch, Any]] = field(default_factory=list)
     _seq: int = 0
 
     def schedule(self, launch: Launch, slot: Slot, fn: KernelFn) -> None:
         """Queue ``launch`` to read at ``slot.data`` and write at ``slot.end``."""
-        self._push(slot.data, lambda: self._start(launch, slot, fn))
+        heapq.heappush(self._actions, (slot.data, self._seq, _START, launch, (slot.end, fn)))
+        self._seq += 1
+
+    def due(self, until: float) -> bool:
+        """Is any effect due at or before device time ``until``?"""
+        return bool(self._actions) and self._actions[0][0] <= until
 
     def advance(self, until: float) -> None:
         """Apply every effect due at or before device time ``until``."""
         actions = self._actions
-        while actions and actions[0][0] <= until:
-            _, _, action = heapq.heappop(actions)
-            if self.fault is None:
-                action()
+        while actions and actions[0][0] <= until and self.fault is None:
+            time, _, what, launch, payload = heapq.heappop(actions)
+            if what == _START:
+                self._start(launch, time, *payload)
+            else:
+                write = self.memory.write
+                for arg, value in zip((a for a in launch.args if "w" in a.access), payload):
+                    write(arg.ptr, arg.nbytes, value)
 
     def drain(self) -> None:
         self.advance(float("inf"))
 
-    def _push(self, time: float, action: Callable[[], None]) -> None:
-        heapq.heappush(self._actions, (time, self._seq, action))
-        self._seq += 1
-
-    def _start(self, launch: Launch, slot: Slot, fn: KernelFn) -> None:
-        bad = next((a for a in launch.args if a.ptr == 0 and a.nbytes > 0), None)
-        if bad is not None:
-            self.fault = DeviceFault(launch, slot.data, _null_detail(launch, bad))
-            return
-        reads = [self.memory.read(a.ptr, a.nbytes) for a in launch.args if a.reads]
+    def _start(self, launch: Launch, time: float, end: float, fn: KernelFn) -> None:
+        read = self.memory.read
+        reads = []
+        for a in launch.args:
+            if a.ptr == 0 and a.nbytes > 0:
+                self.fault = DeviceFault(launch, time, _null_detail(launch, a))
+                return
+            if "r" in a.access:
+                reads.append(read(a.ptr, a.nbytes))
         out = fn(*reads)
         values = (out,) if isinstance(out, Expr) else tuple(out)
-        writes = [a for a in launch.args if a.writes]
-        if len(values) != len(writes):
+        n_writes = sum(1 for a in launch.args if "w" in a.access)
+        if len(values) != n_writes:
             raise ValueError(
                 f"kernel {launch.kernel!r}: its function returned {len(values)} value(s) "
-                f"for {len(writes)} written argument(s); return one value per written argument"
-            )
-        self._push(slot.end, lambda: self._finish(writes, values))
-
-    def _finish(self, writes: list[Arg], values: tuple[Expr, ...]) -> None:
-        for arg, value in zip(writes, values):
-            self.memory.write(arg.ptr, arg.nbytes, value)
+                f"for {n_writes} written argument(s); return one value per written argument")
+        heapq.heappush(self._actions, (end, self._seq, _FINISH, launch, values))
+        self._seq += 1
 
 
 def _null_detail(launch: Launch, arg: Arg) -> str:

@@ -29,11 +29,11 @@ from .errors import (CapturedEvent, CaptureError, IllegalAddress, ShapeMismatch,
                      StreamCaptureUnsupported)
 from .graph import Capture, CapturedGraph
 from .memory import DEFAULT_POOL, CachingAllocator, Storage, graph_pool
-from .stream import Event, Stream
+from .stream import NEVER, Event, Stream
 from .tensor import RawArg, TensorHandle
 from .timing import Profile, place
 from .trace import (Alloc, Arg, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
-                    Mutation, Replay, SkippedLaunch, Trace)
+                    Mutation, Replay, SkippedLaunch, Trace, View)
 from .trace import Capture as CaptureRecord
 from .values import ZERO, Call, Expr, Sum, Sym, terms
 
@@ -67,11 +67,14 @@ class Runtime:
 
     def _host(self, cost: float) -> int:
         """Start one host step: raise a sticky fault, advance the clock and the device."""
-        self._raise_fault()
+        device = self.device
+        if self._sticky is not None or device.fault is not None:
+            self._raise_fault()
         self.step += 1
         self.now += cost
-        self.device.advance(self.now)
-        self._raise_fault()
+        if device.due(self.now):
+            device.advance(self.now)
+            self._raise_fault()
         return self.step
 
     def _raise_fault(self) -> None:
@@ -277,11 +280,15 @@ class Runtime:
             raise ValueError(
                 f"view of {t.label!r} with offset {offset} and shape {shape} ends at byte {end}, "
                 f"past its storage of {t.storage.nbytes} bytes")
-        self._host(self.profile.host_op_us)
+        step = self._host(self.profile.host_op_us)
         t.storage.refs += 1
         tid = self._next_id("tensor")
-        return TensorHandle(self, tid, label or f"{t.label}.view", t.storage, shape,
-                            t.offset + offset, t.itemsize)
+        v = TensorHandle(self, tid, label or f"{t.label}.view", t.storage, shape,
+                         t.offset + offset, t.itemsize)
+        cap = self._capture
+        self.trace.records.append(View(step, self.now, tid, v.label, t.id, v.ptr, v.numel,
+                                       v.shape, cap.graph.id if cap else None))
+        return v
 
     def set_(self, t: TensorHandle, source: TensorHandle | None = None, *, why: str = "") -> TensorHandle:
         """``t.set_(source)``: repoint ``t`` on the host; ``None`` makes it empty (pointer 0)."""
@@ -356,11 +363,11 @@ class Runtime:
         cap = self._check_capture_ok(s, f"launching {kernel!r}")
         label = label or kernel
         if fn is None:
-            fn = (lambda *vals: tuple(Call(kernel, tuple(vals)) for _ in writes))
-        args = tuple(_snapshot(a, f"in{i}", "r") for i, a in enumerate(reads)) + \
-            tuple(_snapshot(a, f"out{i}", "w") for i, a in enumerate(writes))
-        tensor_writes = [a for a in writes if isinstance(a, TensorHandle)]
-        if tensor_writes and len(tensor_writes) == len(writes) and all(a.numel == 0 for a in tensor_writes):
+            fn = _default_fn(kernel, len(writes))
+        args = [_snapshot(a, _IN[i], "r") for i, a in enumerate(reads)]
+        args += [_snapshot(a, _OUT[i], "w") for i, a in enumerate(writes)]
+        args = tuple(args)
+        if writes and all(type(a) is TensorHandle and a.numel == 0 for a in writes):
             self.trace.records.append(SkippedLaunch(step, self.now, kernel, label, role, s.name,
                                                     cap.graph.id if cap else None,
                                                     "every output has zero elements", args))
@@ -388,12 +395,10 @@ class Runtime:
             waits = max([waits] + [o.ready for o in self.streams.values() if o.blocking and o is not s])
         elif s.blocking:  # ... and every blocking stream waits for the legacy stream
             waits = max(waits, self.default_stream.ready)
-        slot = place(issue=self.now + self.profile.launch_latency_us, duration=duration,
-                     same_stream_end=s.tail_end, same_stream_start=s.tail_start,
-                     cross_ready=waits if waits > float("-inf") else None,
-                     gap=self.profile.stream_gap_us, pdl=record.pdl,
-                     profile=self.profile)
-        s.tail_start, s.tail_end, s.waits = slot.start, slot.end, float("-inf")
+        p = self.profile
+        slot = place(self.now + p.launch_latency_us, duration, s.tail_end, s.tail_start,
+                     waits if waits != NEVER else None, p.stream_gap_us, record.pdl, p)
+        s.tail_start, s.tail_end, s.waits = slot.start, slot.end, NEVER
         self.trace.records.append(DeviceSpan(record.step, self.now, record.id, s.name,
                                              slot.start, slot.end, "eager"))
         self.device.schedule(record, slot, fn)
@@ -564,16 +569,15 @@ class Runtime:
             same = [by_id[d] for d in node.deps if by_id[d][0].stream == node.stream]
             cross = [by_id[d][2] for d in node.deps if by_id[d][0].stream != node.stream]
             prev = max(same, key=lambda t: t[2]) if same else None
-            slot = place(issue=start0, duration=p.duration(node.role), same_stream_end=prev[2] if prev else None,
-                         same_stream_start=prev[1] if prev else start0,
-                         cross_ready=max(cross) if cross else None, gap=p.graph_node_gap_us,
-                         pdl=node.pdl, profile=p)
+            slot = place(start0, p.duration(node.role), prev[2] if prev else None,
+                         prev[1] if prev else start0, max(cross) if cross else None,
+                         p.graph_node_gap_us, node.pdl, p)
             by_id[node.id] = (node, slot.start, slot.end)
             end_all = max(end_all, slot.end)
             self.trace.records.append(DeviceSpan(step, self.now, node.id, node.stream, slot.start,
                                                  slot.end, "replay", index))
             self.device.schedule(node, slot, self._kernel_fns[node.id])
-        s.tail_start, s.tail_end, s.waits = start0, end_all, float("-inf")
+        s.tail_start, s.tail_end, s.waits = start0, end_all, NEVER
         g.replays += 1
         self.trace.records.append(Replay(step, self.now, g.id, index, s.name))
 
@@ -585,8 +589,22 @@ def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
     return shape
 
 
+_IN = [f"in{i}" for i in range(64)]
+_OUT = [f"out{i}" for i in range(64)]
+
+
+def _default_fn(kernel: str, outputs: int) -> KernelFn:
+    """Each output is ``kernel(inputs...)``."""
+    def fn(*vals: Expr) -> tuple[Expr, ...]:
+        value = Call(kernel, vals)
+        return (value,) * outputs
+    return fn
+
+
 def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
     """Freeze an argument the way a kernel launch does: by value, on the host, now."""
+    if type(a) is TensorHandle:
+        return Arg(name, a.id, a.label, a.ptr, a.numel, a._shape, a.numel * a.itemsize, access)
     if isinstance(a, RawArg):
         t = a.tensor
         return Arg(name, t.id, t.label, t.ptr, a.numel, (a.numel,), a.numel * t.itemsize, access)

@@ -158,7 +158,7 @@ class Replayed:
 
     @property
     def ok(self) -> bool:
-        return self.got is self.want
+        return self.got == self.want
 
 
 @dataclass

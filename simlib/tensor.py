@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class TensorHandle:
     """A tensor object on the host: (storage, offset, shape, itemsize)."""
 
-    __slots__ = ("id", "label", "shape", "offset", "itemsize", "storage", "_rt")
+    __slots__ = ("id", "label", "_shape", "numel", "offset", "itemsize", "storage", "_rt")
 
     def __init__(self, rt: "Runtime", id: int, label: str, storage: Storage,
                  shape: tuple[int, ...], offset: int = 0, itemsize: int = 2) -> None:
@@ -39,8 +39,13 @@ class TensorHandle:
         self.itemsize = itemsize
 
     @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @shape.setter
+    def shape(self, shape: tuple[int, ...]) -> None:
+        self._shape = shape
+        self.numel = math.prod(shape)   # cached: launches read it on every argument
 
     @property
     def nbytes(self) -> int:

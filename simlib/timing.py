@@ -10,7 +10,7 @@ H200 where the project has measurements. Every field can be overridden:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 ROLES = ("norm", "gate", "topk", "copy", "routed", "shared", "merge", "fill", "other")
 
@@ -81,8 +81,7 @@ class Profile:
         return replace(self, **changes)
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """When a kernel runs: ``start``, when its inputs are ready (``data``), ``end``."""
 
     start: float
@@ -90,17 +89,8 @@ class Slot:
     end: float
 
 
-def place(
-    *,
-    issue: float,
-    duration: float,
-    same_stream_end: float | None,
-    same_stream_start: float,
-    cross_ready: float | None,
-    gap: float,
-    pdl: bool,
-    profile: Profile,
-) -> Slot:
+def place(issue: float, duration: float, same_stream_end: float | None, same_stream_start: float,
+          cross_ready: float | None, gap: float, pdl: bool, profile: Profile) -> Slot:
     """The one timing rule, shared by eager launches and graph replays.
 
     A kernel starts when the host has issued it (``issue``), its predecessor on

@@ -21,8 +21,16 @@ Launch
 Mutation
     A host-side change of a tensor's metadata (``set_``, ``resize_``): no
     kernel runs, but every later launch reads the new pointer.
+View
+    A new tensor handle on an existing handle's storage (``t.view``, slicing).
+    It takes the base's metadata *as it is then*, so a ``set_`` of the base
+    before the view reaches the view's launches too.
 DeviceSpan
     When a launch (eager) or a graph node (replay) occupied a stream.
+
+Records are plain data: treat them as immutable. They are hashable by value
+but not ``frozen`` (frozen dataclasses are about five times slower to build,
+and a long trace holds hundreds of thousands of them).
 
 Records appear in the order they were produced. Stream names are plain
 strings (``"default"`` is the legacy default stream).
@@ -44,7 +52,7 @@ DataPtr = int
 StreamName = str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Arg:
     """One kernel argument as the host froze it at launch time."""
 
@@ -66,7 +74,7 @@ class Arg:
         return "w" in self.access
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Record:
     """Base of every trace record: where in host order, and when."""
 
@@ -75,7 +83,7 @@ class Record:
     t_us: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Alloc(Record):
     """A storage got a device block (from the default pool or a graph's pool)."""
 
@@ -88,7 +96,7 @@ class Alloc(Record):
     pool: str
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Free(Record):
     """A storage's last reference went; its block returned to ``pool``."""
 
@@ -101,7 +109,7 @@ class Free(Record):
     graph: GraphId | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Mutation(Record):
     """Host-side metadata change of a tensor handle (``set_``, ``resize_``)."""
 
@@ -119,7 +127,21 @@ class Mutation(Record):
     why: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
+class View(Record):
+    """A new handle ``tensor`` on the storage of handle ``base`` (no kernel runs)."""
+
+    kind: ClassVar[str] = "view"
+    tensor: TensorId
+    label: str
+    base: TensorId
+    ptr: DataPtr
+    numel: int
+    shape: tuple[int, ...]
+    graph: GraphId | None
+
+
+@dataclass(slots=True, unsafe_hash=True)
 class Launch(Record):
     """A kernel launch with its arguments frozen on the host."""
 
@@ -135,7 +157,7 @@ class Launch(Record):
     pdl: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SkippedLaunch(Record):
     """An op the host did not launch (zero elements, like PyTorch)."""
 
@@ -149,7 +171,7 @@ class SkippedLaunch(Record):
     args: tuple[Arg, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class EventOp(Record):
     """``record``, ``wait``, ``query`` or ``synchronize`` on an event."""
 
@@ -161,7 +183,7 @@ class EventOp(Record):
     deps: tuple[LaunchId, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class HostSync(Record):
     """The host waited for the device (``synchronize``, ``.item()``)."""
 
@@ -171,7 +193,7 @@ class HostSync(Record):
     stream: StreamName | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Capture(Record):
     """Capture of a graph began or ended on ``stream``."""
 
@@ -183,7 +205,7 @@ class Capture(Record):
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Replay(Record):
     """The host launched a captured graph."""
 
@@ -193,7 +215,7 @@ class Replay(Record):
     stream: StreamName
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class DeviceSpan(Record):
     """A launch (eager) or graph node (replay) running on a stream."""
 
@@ -206,7 +228,7 @@ class DeviceSpan(Record):
     replay: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Fault(Record):
     """The device faulted (sticky: the context is unusable afterwards)."""
 
@@ -218,7 +240,7 @@ class Fault(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.kind: cls
-    for cls in (Alloc, Free, Mutation, Launch, SkippedLaunch, EventOp, HostSync,
+    for cls in (Alloc, Free, Mutation, View, Launch, SkippedLaunch, EventOp, HostSync,
                 Capture, Replay, DeviceSpan, Fault)
 }
 

@@ -3,37 +3,40 @@
 Device memory in the simulator holds expressions rather than numbers:
 ``routed(x2) + shared(x2)`` is right, ``routed(x2) + 0`` is the silent bug.
 
-Expressions are hash-consed: building the same expression twice returns the
-same object, so equality is identity and stays cheap even when 61 layers nest
-each other's outputs (a plain tree comparison would be exponential). Printing
-is cut at a length budget for the same reason.
+Expressions form a DAG: 61 layers nest each other's outputs several times
+over, so a naive tree walk would be exponential. Each expression therefore
+carries a structural hash computed once when it is built, equality walks the
+DAG once with a memo, and printing stops at a length budget.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
-
-_INTERNED: "weakref.WeakValueDictionary[tuple[Any, ...], Expr]" = weakref.WeakValueDictionary()
 
 
 class Expr:
-    """Base of every symbolic value. Equal expressions are the same object."""
+    """Base of every symbolic value; immutable, compared by structure."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("_hash",)
+    _hash: int
 
-    @classmethod
-    def _intern(cls, key: tuple[Any, ...], **attrs: Any) -> Any:
-        obj = _INTERNED.get((cls, *key))
-        if obj is None:
-            obj = object.__new__(cls)
-            for name, value in attrs.items():
-                object.__setattr__(obj, name, value)
-            _INTERNED[(cls, *key)] = obj
-        return obj
+    def _init(self, key: tuple[Any, ...], **attrs: Any) -> None:
+        for name, value in attrs.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_hash", hash((type(self).__name__, *key)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Expr) or self._hash != other._hash:
+            return False
+        return _same_structure(self, other)
 
     def __add__(self, other: "Expr") -> "Expr":
         return Sum(terms(self) + terms(other))
@@ -47,6 +50,13 @@ class Expr:
     def _parts(self) -> list["str | Expr"]:
         raise NotImplementedError
 
+    def _fields(self) -> tuple[Any, ...]:
+        """Own non-Expr data, then children (for structural comparison)."""
+        raise NotImplementedError
+
+    def _children(self) -> tuple["Expr", ...]:
+        return ()
+
 
 class Sym(Expr):
     """A named input, e.g. ``x2``: the second set of fresh inputs."""
@@ -55,7 +65,12 @@ class Sym(Expr):
     name: str
 
     def __new__(cls, name: str) -> "Sym":
-        return cls._intern((name,), name=name)
+        obj = object.__new__(cls)
+        obj._init((name,), name=name)
+        return obj
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.name,)
 
     def _parts(self) -> list["str | Expr"]:
         return [self.name]
@@ -68,7 +83,12 @@ class Const(Expr):
     value: float
 
     def __new__(cls, value: float) -> "Const":
-        return cls._intern((float(value),), value=float(value))
+        obj = object.__new__(cls)
+        obj._init((float(value),), value=float(value))
+        return obj
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.value,)
 
     def _parts(self) -> list["str | Expr"]:
         return [f"{self.value:g}"]
@@ -83,7 +103,15 @@ class Call(Expr):
 
     def __new__(cls, fn: str, args: tuple[Expr, ...]) -> "Call":
         args = tuple(args)
-        return cls._intern((fn, *map(id, args)), fn=fn, args=args)
+        obj = object.__new__(cls)
+        obj._init((fn, *(a._hash for a in args)), fn=fn, args=args)
+        return obj
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.fn, len(self.args))
+
+    def _children(self) -> tuple[Expr, ...]:
+        return self.args
 
     def _parts(self) -> list["str | Expr"]:
         parts: list[str | Expr] = [self.fn, "("]
@@ -100,7 +128,15 @@ class Sum(Expr):
 
     def __new__(cls, terms: tuple[Expr, ...]) -> "Sum":
         terms = tuple(terms)
-        return cls._intern(tuple(map(id, terms)), terms=terms)
+        obj = object.__new__(cls)
+        obj._init(tuple(t._hash for t in terms), terms=terms)
+        return obj
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (len(self.terms),)
+
+    def _children(self) -> tuple[Expr, ...]:
+        return self.terms
 
     def _parts(self) -> list["str | Expr"]:
         parts: list[str | Expr] = []
@@ -116,7 +152,12 @@ class Garbage(Expr):
     why: str
 
     def __new__(cls, why: str) -> "Garbage":
-        return cls._intern((why,), why=why)
+        obj = object.__new__(cls)
+        obj._init((why,), why=why)
+        return obj
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.why,)
 
     def _parts(self) -> list["str | Expr"]:
         return [f"<garbage: {self.why}>"]
@@ -127,6 +168,21 @@ ZERO = Const(0)
 
 def terms(e: Expr) -> tuple[Expr, ...]:
     return e.terms if isinstance(e, Sum) else (e,)
+
+
+def _same_structure(a: Expr, b: Expr) -> bool:
+    """Structural equality over the DAG, visiting each pair of nodes once."""
+    seen: set[tuple[int, int]] = set()
+    stack = [(a, b)]
+    while stack:
+        p, q = stack.pop()
+        if p is q or (id(p), id(q)) in seen:
+            continue
+        seen.add((id(p), id(q)))
+        if type(p) is not type(q) or p._hash != q._hash or p._fields() != q._fields():
+            return False
+        stack.extend(zip(p._children(), q._children()))
+    return True
 
 
 def call(fn: str, *args: Expr) -> Call:
