@@ -11,6 +11,9 @@ DAG once with a memo, and printing stops at a length budget.
 
 from __future__ import annotations
 
+import math
+import random
+import zlib
 from typing import Any
 
 
@@ -206,3 +209,48 @@ def render(e: Expr, limit: int = 240) -> str:
         out.append(part)
         size += len(part)
     return "".join(out)
+
+
+def evaluate(e: Expr, dim: int = 32) -> list[float]:
+    """A number for a symbolic value, so a wrong output can be shown as an error size.
+
+    Each input symbol becomes a fixed pseudo-random vector, each function a
+    fixed random layer ``tanh(W · sum(args))`` seeded by its name, a sum adds,
+    garbage is noise. Deterministic, and the same expression always gives the
+    same vector; it is an illustration, not a model of the real network.
+    """
+    memo: dict[int, list[float]] = {}
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:                                   # post-order over the DAG, iteratively
+        node, ready = stack.pop()
+        if id(node) in memo:
+            continue
+        if ready:
+            memo[id(node)] = _value(node, memo, dim)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in node._children() if id(c) not in memo)
+    return memo[id(e)]
+
+
+def relative_error(got: Expr, want: Expr, dim: int = 32) -> float:
+    """Relative L2 error ``|got - want| / |want|`` of the evaluated expressions."""
+    g, w = evaluate(got, dim), evaluate(want, dim)
+    num = math.sqrt(sum((a - b) ** 2 for a, b in zip(g, w)))
+    den = math.sqrt(sum(b * b for b in w)) or 1.0
+    return num / den
+
+
+def _value(node: Expr, memo: dict[int, list[float]], dim: int) -> list[float]:
+    if isinstance(node, Const):
+        return [node.value] * dim
+    if isinstance(node, Sym | Garbage):
+        rng = random.Random(zlib.crc32(f"{type(node).__name__}:{node._fields()[0]}".encode()))
+        return [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    if isinstance(node, Sum):
+        return [sum(col) for col in zip(*(memo[id(t)] for t in node.terms))]
+    assert isinstance(node, Call)
+    x = [sum(col) for col in zip(*(memo[id(a)] for a in node.args))]
+    rng = random.Random(zlib.crc32(f"fn:{node.fn}:{dim}".encode()))
+    scale = 1.0 / math.sqrt(dim)
+    return [math.tanh(sum(rng.gauss(0.0, scale) * xi for xi in x)) for _ in range(dim)]

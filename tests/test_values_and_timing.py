@@ -69,3 +69,12 @@ def test_device_spans_record_eager_and_replay_phases():
     from simlib import scenarios
     phases = {r.phase for r in scenarios.run().trace.records if isinstance(r, DeviceSpan)}
     assert phases == {"eager", "replay"}
+
+
+def test_expressions_evaluate_to_numbers_for_an_error_size():
+    from simlib.values import evaluate, relative_error
+    want = Sym("x2") + call("routed", Sym("x2")) + call("shared", Sym("x2"))
+    got = Sym("x2") + call("routed", Sym("x2")) + call("shared", Sym("x1"))
+    assert relative_error(want, want) == 0.0
+    assert 0.05 < relative_error(got, want) < 5.0
+    assert evaluate(got) == evaluate(Sym("x2") + call("routed", Sym("x2")) + call("shared", Sym("x1")))
