@@ -20,7 +20,9 @@ from .trace import Arg, Launch
 from .values import Expr
 
 KernelFn = Callable[..., "Expr | Sequence[Expr]"]
-_START, _FINISH = 0, 1
+# At equal times a finish goes before a start: a kernel whose inputs are ready the
+# instant its predecessor ends (PDL) must read that predecessor's output.
+_FINISH, _START = 0, 1
 
 
 @dataclass
@@ -36,13 +38,13 @@ class DeviceFault:
 class Device:
     memory: DeviceMemory = field(default_factory=DeviceMemory)
     fault: DeviceFault | None = None
-    # (time, sequence, what, launch, payload): a heap, so ties keep issue order.
+    # (time, what, sequence, launch, payload): a heap; ties: finishes first, then issue order.
     _actions: list[tuple[float, int, int, Launch, Any]] = field(default_factory=list)
     _seq: int = 0
 
     def schedule(self, launch: Launch, slot: Slot, fn: KernelFn) -> None:
         """Queue ``launch`` to read at ``slot.data`` and write at ``slot.end``."""
-        heapq.heappush(self._actions, (slot.data, self._seq, _START, launch, (slot.end, fn)))
+        heapq.heappush(self._actions, (slot.data, _START, self._seq, launch, (slot.end, fn)))
         self._seq += 1
 
     def due(self, until: float) -> bool:
@@ -53,7 +55,7 @@ class Device:
         """Apply every effect due at or before device time ``until``."""
         actions = self._actions
         while actions and actions[0][0] <= until and self.fault is None:
-            time, _, what, launch, payload = heapq.heappop(actions)
+            time, what, _, launch, payload = heapq.heappop(actions)
             if what == _START:
                 self._start(launch, time, *payload)
             else:
@@ -80,7 +82,7 @@ class Device:
             raise ValueError(
                 f"kernel {launch.kernel!r}: its function returned {len(values)} value(s) "
                 f"for {n_writes} written argument(s); return one value per written argument")
-        heapq.heappush(self._actions, (end, self._seq, _FINISH, launch, values))
+        heapq.heappush(self._actions, (end, _FINISH, self._seq, launch, values))
         self._seq += 1
 
 

@@ -36,7 +36,8 @@ class Profile:
     launch_latency_us    from the host's enqueue to the earliest device start
     stream_gap_us        idle gap between consecutive eager kernels on one stream
     graph_node_gap_us    gap between dependent nodes on one stream inside a replay
-    cross_stream_gap_us  extra delay when a dependency crosses streams (event join)
+    cross_stream_gap_us  delay a cross-stream dependency (event join) adds on top of
+                         the ordinary gap between dependent kernels
     graph_launch_us      host cost of launching a whole captured graph
     pdl_prologue_us      part of a PDL kernel that runs before it waits for its
                          predecessor (programmatic dependent launch)
@@ -110,7 +111,7 @@ def place(issue: float, duration: float, same_stream_end: float | None, same_str
             start = max(start, same_stream_end + gap)
         data_floor = same_stream_end
     if cross_ready is not None:
-        start = max(start, cross_ready + profile.cross_stream_gap_us)
+        start = max(start, cross_ready + gap + profile.cross_stream_gap_us)
         data_floor = max(data_floor, start)
     data = max(start, data_floor)
     prologue_done = min(profile.pdl_prologue_us, duration) if pdl else 0.0

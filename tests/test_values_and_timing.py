@@ -33,7 +33,7 @@ def test_pdl_starts_a_dependent_kernel_before_its_predecessor_ends():
 def test_cross_stream_dependency_adds_the_join_gap():
     p = Profile(cross_stream_gap_us=0.3)
     slot = place(0.0, 5.0, None, 0.0, 10.0, 1.0, False, p)
-    assert slot.start == 10.3
+    assert slot.start == 11.3             # the node gap plus the join gap
 
 
 def test_graph_replay_costs_one_launch_on_the_host_not_one_per_node():
