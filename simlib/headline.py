@@ -1,0 +1,129 @@
+"""The headline comparison: the picture and the table the README opens with.
+
+``write_headline(out_dir)`` runs the incident both ways (shared expert issued
+first, routed experts first; the shared expert writing into a static buffer,
+the silent failure of DESIGN.md section 2), saves their side-by-side picture,
+and tabulates the simulator's outcome for every cell of DESIGN.md's measured
+table next to a real GPU's, when ``gpu_demo`` has recorded one. The returned
+text holds no wall-clock time and no address, so it is the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .scenarios import ScenarioResult, run
+from .spec import ORDERS, SHARED_MODES, MoEConfig
+from .values import render
+
+GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results" / "matrix-h200.json"
+HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order varies
+
+
+@dataclass(frozen=True)
+class GpuResults:
+    """Outcomes a real GPU recorded, by configuration, and where they came from."""
+
+    outcomes: dict[MoEConfig, str]
+    provenance: str
+    path: Path
+
+
+def load_gpu_results(path: Path) -> GpuResults | None:
+    """``gpu_demo``'s matrix results, or ``None`` if there are none yet.
+
+    Accepts the file ``python -m gpu_demo run --matrix`` writes (an object
+    with ``provenance`` and ``cases``) and a bare list of cases; each case
+    has ``config`` (``MoEConfig.to_dict()``) and ``outcome``.
+    """
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    cases = data["cases"] if isinstance(data, dict) else data
+    outcomes = {MoEConfig.from_dict(c["config"]): c["outcome"] for c in cases}
+    prov = data.get("provenance", {}) if isinstance(data, dict) else {}
+    return GpuResults(outcomes, _describe_provenance(prov), path)
+
+
+def _describe_provenance(prov: dict[str, Any]) -> str:
+    if not prov:
+        return "provenance not recorded"
+    parts = [prov.get("gpu") or "unknown GPU"]
+    parts += [f"{key} {prov[key]}" for key in ("driver", "torch", "triton") if prov.get(key)]
+    if prov.get("date_utc"):
+        parts.append(str(prov["date_utc"])[:10])
+    return ", ".join(parts)
+
+
+def design_rows(gpu: GpuResults | None) -> list[dict[str, Any]]:
+    """One row per cell of DESIGN.md's 3x2 table (shared mode x order)."""
+    rows = []
+    for mode in SHARED_MODES:
+        for order in ORDERS:
+            config = HEADLINE.with_(shared_mode=mode, order=order)
+            rows.append({"shared_mode": mode, "order": order, "config": config.to_dict(),
+                         "simulator": run(config).outcome,
+                         "gpu": gpu.outcomes.get(config) if gpu else None})
+    return rows
+
+
+def _markdown_table(rows: list[dict[str, Any]], gpu: GpuResults | None) -> str:
+    head = ["shared expert consumes x", "issue order", "simulator"]
+    if gpu:
+        head.append(f"GPU ({gpu.provenance})")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["shared_mode"], r["order"], f"`{r['simulator']}`"]
+        if gpu:
+            cells.append(f"`{r['gpu']}`" if r["gpu"] else "not run")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _expressions(result: ScenarioResult) -> list[str]:
+    lines = [f"{result.config.name}: {result.outcome}"]
+    if result.replays:
+        r = result.replays[0]
+        lines.append(f"  replay with fresh input {r.input}")
+        lines.append(f"    got:  {render(r.got)}")
+        lines.append(f"    want: {render(r.want)}")
+    return lines
+
+
+def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
+    """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
+    from . import plots   # here, not at the top: importing simlib must not import matplotlib
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = [run(HEADLINE.with_(order=order)) for order in ORDERS]
+    plots.side_by_side(*results).savefig(out_dir / "headline.png", dpi=110)
+
+    gpu = load_gpu_results(gpu_results)
+    rows = design_rows(gpu)
+    table = _markdown_table(rows, gpu)
+    gpu_note = (f"GPU column: {gpu.path.name} ({gpu.provenance})." if gpu else
+                f"No GPU results are recorded yet (no {gpu_results.name}); "
+                "`python -m gpu_demo run --matrix` on a CUDA machine records them.")
+    lead = ("The same dual-stream MoE decode step, captured as a CUDA graph with the shared "
+            "expert issued first and with the routed experts issued first. Only the host's "
+            "issue order differs.")
+    expressions = [line for r in results for line in _expressions(r)]
+    markdown = "\n".join([
+        "# Headline: host order decides what a CUDA graph captures", "", lead, "",
+        "![shared first versus routed first](headline.png)", "", "```", *expressions, "```", "",
+        "## DESIGN.md section 2, cell by cell", "", table, "", gpu_note, ""])
+    (out_dir / "headline.md").write_text(markdown)
+    (out_dir / "headline.json").write_text(json.dumps(
+        {"headline": [{"config": r.config.to_dict(), "outcome": r.outcome} for r in results],
+         "design_table": rows, "gpu_provenance": gpu.provenance if gpu else None},
+        indent=1, sort_keys=True) + "\n")
+
+    written = ", ".join(str(out_dir / name) for name in
+                        ("headline.png", "headline.md", "headline.json"))
+    return "\n".join([textwrap.fill(lead, 88), "", *expressions, "", table, "",
+                      textwrap.fill(gpu_note, 88), "", f"wrote {written}"])
