@@ -63,14 +63,14 @@ class MoELayer:
     def _name(self, what: str) -> str:
         return what if self.cfg.layers == 1 else f"L{self.index}.{what}"
 
-    def forward(self, h: TensorHandle, capturing: bool) -> TensorHandle:
+    def forward(self, h: TensorHandle, capturing: bool, dual_stream: bool = True) -> TensorHandle:
         rt, c = self.rt, self.cfg
         x = rt.op("norm", h, out_shape=h.shape, role="norm", label=self._name("x"),
                   fn=lambda v: Call("norm", (v,)))
-        if not capturing:
+        if not (capturing and dual_stream):
             shared = self._shared(x)
-            routed = self._routed(x, capturing=False)
-            return self._merge(h, routed, shared)
+            routed = self._routed(x, capturing)
+            return self._merge(h, routed, shared, x)
         main = rt.current_stream
         x_shared = rt.clone(x, self._name("x_clone")) if c.clone else x
         routed_s, shared_s = (main, self.alt) if c.routed_stream == "main" else (self.alt, main)
@@ -88,7 +88,8 @@ class MoELayer:
                 results[name] = branches[name]()
         if c.capture_fault != "unjoined":
             main.wait_stream(self.alt)                                 # join
-        return self._merge(h, results["routed"], results["shared"])
+        temporaries = (x, x_shared) if c.clone else (x,)
+        return self._merge(h, results["routed"], results["shared"], *temporaries)
 
     def _shared(self, x: TensorHandle) -> TensorHandle:
         """The shared SwiGLU expert, consuming ``x`` the way ``shared_mode`` says."""
@@ -109,16 +110,20 @@ class MoELayer:
                            fn=stage("shared", 1, 3))
             act = rt.op("shared.act", up, out_shape=(rows, I), role="shared", label=n("shared.act"),
                         fn=stage("shared", 2, 3))
+            out = rt.view(self.shared_buf, (rows, H), label=n("shared_out_rows"))
             rt.linear("shared.down", act, I, H, role="shared", label=n("shared.down"),
-                      fn=stage("shared", 3, 3), out=rt.view(self.shared_buf, (rows, H)))
+                      fn=stage("shared", 3, 3), out=out)
+            self._drop(xv, up, act, out)
             return self.shared_buf
         else:
             up = rt.linear("shared.gate_up", x, H, 2 * I, role="shared", label=n("shared.gate_up"),
                            fn=stage("shared", 1, 3))
         act = rt.op("shared.act", up, out_shape=(T, I), role="shared", label=n("shared.act"),
                     fn=stage("shared", 2, 3))
-        return rt.linear("shared.down", act, I, H, role="shared", label=n("shared.down"),
-                         fn=stage("shared", 3, 3), out=self.shared_buf)
+        shared = rt.linear("shared.down", act, I, H, role="shared", label=n("shared.down"),
+                           fn=stage("shared", 3, 3))
+        self._drop(up, act)
+        return shared
 
     def _routed(self, x: TensorHandle, capturing: bool) -> TensorHandle:
         """Router gate, top-k, pre-permute (then dispose), grouped experts, combine."""
@@ -129,6 +134,7 @@ class MoELayer:
         if capturing and c.capture_fault == "item":
             rt.item(logits)
         topk = rt.op("topk", logits, out_shape=(T, k), role="topk", label=n("topk"))
+        self._drop(logits)
         xp = rt.op("permute", x, topk, out_shape=(T * k, H), role="copy", label=n("x_permuted"),
                    fn=stage("routed", 1, 5))
         if c.dispose == "always" or (c.dispose == "skip_in_capture" and not capturing):
@@ -141,11 +147,21 @@ class MoELayer:
                     fn=stage("routed", 3, 5))
         down = rt.op("experts.down", act, out_shape=(T * k, H), role="routed",
                      label=n("experts.down"), fn=stage("routed", 4, 5))
-        return rt.op("combine", down, topk, out_shape=(T, H), role="routed", label=n("routed_out"),
-                     fn=stage("routed", 5, 5))
+        routed = rt.op("combine", down, topk, out_shape=(T, H), role="routed",
+                       label=n("routed_out"), fn=stage("routed", 5, 5))
+        self._drop(xp, up, act, down, topk)
+        return routed
 
-    def _merge(self, h: TensorHandle, routed: TensorHandle, shared: TensorHandle) -> TensorHandle:
-        return self.rt.add(h, routed, shared, label=self._name("residual_add"), pdl=self.cfg.pdl)
+    def _merge(self, h: TensorHandle, routed: TensorHandle, shared: TensorHandle,
+               *temporaries: TensorHandle) -> TensorHandle:
+        out = self.rt.add(h, routed, shared, label=self._name("residual_add"), pdl=self.cfg.pdl)
+        self._drop(routed, *temporaries, *([] if shared is self.shared_buf else [shared]))
+        return out
+
+    def _drop(self, *tensors: TensorHandle) -> None:
+        """Python drops these locals here: release them as CPython's refcounting would."""
+        for t in tensors:
+            self.rt.release(t)
 
 
 @dataclass
@@ -187,9 +203,9 @@ class MoEModel:
         with rt.stream(main):
             self.layers = [MoELayer(rt, cfg, self.alt, i) for i in range(cfg.layers)]
 
-    def forward(self, h: TensorHandle, capturing: bool) -> TensorHandle:
+    def forward(self, h: TensorHandle, capturing: bool, dual_stream: bool = True) -> TensorHandle:
         for layer in self.layers:
-            h = layer.forward(h, capturing)
+            h = layer.forward(h, capturing, dual_stream)
         return h
 
 
@@ -204,8 +220,13 @@ def eager_reference(cfg: MoEConfig, value: str, profile: Profile | None = None) 
     return rt.read(out)
 
 
-def run(cfg: MoEConfig | None = None, profile: Profile | None = None) -> ScenarioResult:
-    """Warm up, capture and replay ``cfg``; classify what happened."""
+def run(cfg: MoEConfig | None = None, profile: Profile | None = None, *,
+        dual_stream: bool = True) -> ScenarioResult:
+    """Warm up, capture and replay ``cfg``; classify what happened.
+
+    ``dual_stream=False`` captures the one-stream path instead (the baseline
+    that overlap is measured against).
+    """
     cfg = cfg or MoEConfig()
     rt = Runtime(profile)
     result = ScenarioResult(cfg, CORRECT, rt)
@@ -221,7 +242,7 @@ def run(cfg: MoEConfig | None = None, profile: Profile | None = None) -> Scenari
             with rt.graph(main, label="decode_step", inputs=[h]) as g:
                 if cfg.capture_fault == "uncaptured_wait":
                     main.wait_event(outside)
-                out = model.forward(h, capturing=True)
+                out = model.forward(h, capturing=True, dual_stream=dual_stream)
         except SimulatedError as exc:
             result.outcome, result.error = capture_error(exc.code), exc
             return result

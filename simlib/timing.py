@@ -39,9 +39,13 @@ class Profile:
     cross_stream_gap_us  delay a cross-stream dependency (event join) adds on top of
                          the ordinary gap between dependent kernels
     graph_launch_us      host cost of launching a whole captured graph
+    graph_branch_launch_us  in a replay, the earliest start of the first kernel of a
+                         second concurrent branch (the graph executor opens another
+                         internal stream for it), counted from the replay's start
     pdl_prologue_us      part of a PDL kernel that runs before it waits for its
                          predecessor (programmatic dependent launch)
-    kernel_us            kernel duration by role; a launch may override its own
+    kernel_us            kernel duration by kernel name or, failing that, by role;
+                         a launch may also pass its own ``duration_us``
     """
 
     name: str = "generic"
@@ -52,6 +56,7 @@ class Profile:
     graph_node_gap_us: float = 0.6
     cross_stream_gap_us: float = 0.3
     graph_launch_us: float = 8.0
+    graph_branch_launch_us: float = 8.0
     pdl_prologue_us: float = 1.0
     kernel_us: dict[str, float] = field(default_factory=lambda: dict(_DEFAULT_KERNEL_US))
     source: str = "round numbers of the right order; not a measurement"
@@ -65,9 +70,12 @@ class Profile:
             if us < 0:
                 raise ValueError(f"Profile.kernel_us[{role!r}]={us} must be >= 0 (microseconds)")
 
-    def duration(self, role: str) -> float:
-        """Kernel duration for a role (unknown roles take ``other``'s)."""
-        return self.kernel_us.get(role, self.kernel_us.get("other", 3.0))
+    def duration(self, role: str, kernel: str | None = None) -> float:
+        """Kernel duration: by kernel name if listed, else by role (else ``other``'s)."""
+        us = self.kernel_us
+        if kernel is not None and kernel in us:
+            return us[kernel]
+        return us.get(role, us.get("other", 3.0))
 
     def with_(self, **changes: Any) -> "Profile":
         """A copy with some fields changed; ``kernel_us`` entries are merged."""

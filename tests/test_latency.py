@@ -86,9 +86,10 @@ def _replay_spans(config: MoEConfig, profile: Profile) -> list[tuple[str, str, f
        layers=st.integers(1, 3),
        node_gap=st.floats(0, 3), cross_gap=st.floats(0, 3), prologue=st.floats(0, 3),
        routed_us=st.floats(0.5, 20), shared_us=st.floats(0.5, 20))
-def test_issue_order_never_changes_device_timing(routed_stream, pdl, layers, node_gap, cross_gap,
-                                                 prologue, routed_us, shared_us):
-    profile = Profile().with_(graph_node_gap_us=node_gap, cross_stream_gap_us=cross_gap,
+def test_without_a_branch_launch_delay_issue_order_never_changes_device_timing(
+        routed_stream, pdl, layers, node_gap, cross_gap, prologue, routed_us, shared_us):
+    profile = Profile().with_(graph_branch_launch_us=0.0,
+                              graph_node_gap_us=node_gap, cross_stream_gap_us=cross_gap,
                               pdl_prologue_us=prologue,
                               kernel_us={"routed": routed_us, "shared": shared_us})
     config = SAFE.with_(routed_stream=routed_stream, pdl=pdl, layers=layers)
@@ -98,6 +99,18 @@ def test_issue_order_never_changes_device_timing(routed_stream, pdl, layers, nod
     a = replay_latency(config.with_(order="shared_first"), profile)
     b = replay_latency(config.with_(order="routed_first"), profile)
     assert a.step_us == b.step_us and a.layer_us == b.layer_us
+
+
+def test_the_branch_captured_second_starts_late_so_issue_order_shows_in_replay_time():
+    # Measured on an H200: the second branch's first kernel starts ~8 us into the replay,
+    # so capturing the long routed branch second (shared_first) costs time.
+    p = Profile()
+    starts = {label: start for label, _, start, _ in _replay_spans(SAFE.with_(order="shared_first"), p)}
+    assert starts["router_logits"] == pytest.approx(p.graph_branch_launch_us)
+    assert starts["shared.gate_up"] < p.graph_branch_launch_us
+    shared_first = replay_latency(SAFE.with_(order="shared_first"), p)
+    routed_first = replay_latency(SAFE.with_(order="routed_first"), p)
+    assert shared_first.step_us > routed_first.step_us
 
 
 @pytest.mark.parametrize("config", [MAIN_PDL, ALT, SAFE.with_(routed_stream="alt", pdl=True)])
