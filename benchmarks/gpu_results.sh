@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The recorded GPU results of gpu_demo/results/, in one pass (run on the device, from the repo root):
+# the conformance matrix, the benchmark and calibration, the decode proxy, the GPU tests and two
+# real-capture recordings. JSON files land in gpu_demo/results/ and are copied to $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=.
+OUT=${OUT:-out/results}
+mkdir -p "$OUT"
+python3 -m gpu_demo run --matrix --jobs 4
+python3 -m gpu_demo bench
+python3 -m gpu_demo decode --layers 4 --steps 32 --jobs 3
+cp gpu_demo/results/*-h200.json "$OUT/"
+python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu_demo_gpu.py
+for order in shared_first routed_first; do
+  python3 -m gpu_demo record --order "$order" --trace-out "$OUT/trace-$order.json"
+  echo "record --order $order exit: $?"
+done

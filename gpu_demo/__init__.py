@@ -1,0 +1,16 @@
+"""Real PyTorch counterpart of simlib: the dual-stream MoE layer on a GPU.
+
+The public surface is small:
+
+``assert_capture_safe(fn, *example_inputs)``
+    a test-suite guard (``gpu_demo.guard``)
+``label(tensor, name)``
+    name a tensor in recorded traces (``gpu_demo.annotate``)
+
+and the CLI, ``python -m gpu_demo run | bench | decode | record``.
+"""
+
+from .annotate import label
+from .guard import assert_capture_safe
+
+__all__ = ["assert_capture_safe", "label"]

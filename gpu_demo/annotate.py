@@ -1,0 +1,147 @@
+"""What the model says about itself while it runs, for whoever is listening.
+
+A kernel launch only shows raw pointers and aten op names. To turn a real run
+into a trace a learner can read, the model marks a few things as it goes:
+
+* ``label(tensor, "x")``: the user-level name of a tensor (``x``, ``shared.out``);
+* ``role("gate")``: which part of the layer is issuing ops now;
+* ``issuing_on("alt")``: the logical stream ops are issued on, which the CPU
+  dry run needs because there it has no real stream to look at;
+* ``because("dispose_tensor")``: why a host-side mutation happens;
+* stream events and host syncs, reported to the listener (the recorder).
+
+Marking is plain bookkeeping and costs next to nothing when nobody listens.
+Only ``gpu_demo.recorder`` reads it (``gpu_demo.calibrate`` reads the roles).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+MAIN = "main"
+ALT = "alt"
+
+_labels: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def label(tensor: torch.Tensor, name: str) -> torch.Tensor:
+    """Give ``tensor`` (this Python object) a readable name in traces; returns it."""
+    _labels[tensor] = name
+    if _marks.listener is not None:
+        _marks.listener.named(tensor, name)
+    return tensor
+
+
+def label_of(tensor: torch.Tensor) -> str | None:
+    """The name ``label`` gave this tensor object, if any."""
+    return _labels.get(tensor)
+
+
+class Listener(Protocol):
+    """Receives what dispatch cannot see: names, stream events and host syncs."""
+
+    def named(self, tensor: torch.Tensor, name: str) -> None: ...
+
+    def stream_event(self, op: str, event: int, stream: str | None) -> None: ...
+
+    def host_sync(self, op: str, what: str) -> None: ...
+
+
+@dataclass
+class _Marks:
+    role: str = ""
+    stream: str = MAIN
+    why: str = ""
+    listener: Listener | None = None
+    profile_roles: bool = False
+
+
+_marks = _Marks()
+
+
+@contextmanager
+def role(name: str) -> Iterator[None]:
+    """Ops issued inside belong to ``name`` (``gate``, ``shared_expert``, ...)."""
+    previous = _marks.role
+    _marks.role = name
+    try:
+        if _marks.profile_roles:
+            with torch.profiler.record_function(name):
+                yield
+        else:
+            yield
+    finally:
+        _marks.role = previous
+
+
+@contextmanager
+def issuing_on(stream: str) -> Iterator[None]:
+    """Ops issued inside go to the logical stream ``stream`` (``main``/``alt``)."""
+    previous = _marks.stream
+    _marks.stream = stream
+    try:
+        yield
+    finally:
+        _marks.stream = previous
+
+
+@contextmanager
+def because(why: str) -> Iterator[None]:
+    """Host-side mutations inside happen for the reason ``why``."""
+    previous = _marks.why
+    _marks.why = why
+    try:
+        yield
+    finally:
+        _marks.why = previous
+
+
+@contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """Send stream events and host syncs to ``listener`` while inside."""
+    previous = _marks.listener
+    _marks.listener = listener
+    try:
+        yield
+    finally:
+        _marks.listener = previous
+
+
+@contextmanager
+def profiling_roles() -> Iterator[None]:
+    """Wrap each role in ``torch.profiler.record_function`` (for calibration)."""
+    previous = _marks.profile_roles
+    _marks.profile_roles = True
+    try:
+        yield
+    finally:
+        _marks.profile_roles = previous
+
+
+def current_role() -> str:
+    return _marks.role
+
+
+def current_stream() -> str:
+    return _marks.stream
+
+
+def current_why() -> str:
+    return _marks.why
+
+
+def stream_event(op: str, event: int, stream: str | None) -> None:
+    """Report ``record``/``wait``/``query`` of logical event ``event``."""
+    if _marks.listener is not None:
+        _marks.listener.stream_event(op, event, stream)
+
+
+def host_sync(op: str, what: str) -> None:
+    """Report that the host is about to wait for the device (``synchronize``...)."""
+    if _marks.listener is not None:
+        _marks.listener.host_sync(op, what)

@@ -1,0 +1,218 @@
+"""``python -m gpu_demo run | bench | decode | record``: the lab on a real GPU.
+
+``run``     one configuration (flags mirror ``simlib.spec.MoEConfig``) or
+            ``--matrix`` (every ``simlib.spec.MATRIX`` row), each case in its own
+            process; prints a table, writes JSON with provenance
+``bench``   replay latency, overlap efficiency, the PDL residual add, and the
+            simulator's calibration numbers (two JSON files)
+``decode``  greedy decoding through captured layers versus eager: token agreement
+``record``  record a capture as a simlib trace and print the checker's report
+            (``--dry-run``: on the CPU, no GPU needed); exit 1 if it finds a hazard
+
+Every command but ``record --dry-run`` needs CUDA; without it they print one
+line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from simlib.spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS, ROUTED_STREAMS,
+                         SHARED_MODES, MoEConfig)
+
+from .settings import DTYPES, RunSettings
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_SIZE_FIELDS = ("layers", "tokens", "hidden", "intermediate", "experts", "top_k", "replays")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gpu_demo", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,decode,record}")
+
+    run = commands.add_parser("run", help="capture and replay one configuration, or the whole matrix")
+    _config_flags(run)
+    run.add_argument("--matrix", action="store_true", help="run every simlib.spec.MATRIX configuration")
+    run.add_argument("--jobs", type=_positive, default=1, help="cases run at once (each in its own process)")
+    run.add_argument("--timeout", type=_positive, default=180, help="seconds before a case is abandoned")
+    run.add_argument("--out", type=Path, help="JSON results file (default with --matrix: results/matrix-<gpu>.json)")
+
+    bench = commands.add_parser("bench", help="replay latency, overlap efficiency, PDL, calibration")
+    _config_flags(bench)
+    bench.add_argument("--bench-replays", type=_positive, default=300, help="timed replays per variant")
+    bench.add_argument("--out", type=Path, help="latency JSON (default results/bench-<gpu>.json)")
+    bench.add_argument("--calibration-out", type=Path, help="calibration JSON (default results/calibration-<gpu>.json)")
+
+    decode = commands.add_parser("decode", help="token agreement of graph-replay decoding with eager")
+    _config_flags(decode)
+    decode.add_argument("--steps", type=_positive, default=32, help="greedy decode steps")
+    decode.add_argument("--single", action="store_true",
+                        help="decode only the configuration the flags give (default: the incident and its fixes)")
+    decode.add_argument("--jobs", type=_positive, default=1, help="configurations decoded at once")
+    decode.add_argument("--timeout", type=_positive, default=180, help="seconds before a case is abandoned")
+    decode.add_argument("--out", type=Path, help="JSON results file (default results/decode-<gpu>.json)")
+
+    record = commands.add_parser("record", help="record a capture as a simlib trace and check it")
+    _config_flags(record)
+    record.add_argument("--dry-run", action="store_true", help="record on the CPU without capturing (no GPU needed)")
+    record.add_argument("--trace-out", type=Path, help="also write the trace as JSON")
+
+    case = commands.add_parser("case")  # internal: one isolated case (gpu_demo.harness.run_in_child)
+    case.add_argument("--kind", choices=("run", "decode"), required=True)
+    case.add_argument("--payload", required=True)
+    case.add_argument("--result", type=Path, required=True)
+    return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _config_flags(parser: argparse.ArgumentParser) -> None:
+    d = MoEConfig()
+    parser.add_argument("--order", choices=ORDERS, default=d.order, help="branch the host issues first under capture")
+    parser.add_argument("--shared-mode", choices=SHARED_MODES, default=d.shared_mode, help="how the shared expert reads x")
+    parser.add_argument("--dispose", choices=DISPOSE_POLICIES, default=d.dispose, help="what dispose_tensor frees")
+    parser.add_argument("--clone", action="store_true", help="the shared branch reads a clone of x taken before the fork")
+    parser.add_argument("--inputs", choices=INPUT_MODES, default=d.inputs, help="what each replay's input buffer holds")
+    parser.add_argument("--capture-fault", choices=CAPTURE_FAULTS, default=d.capture_fault, help="a deliberate capture mistake")
+    parser.add_argument("--routed-stream", choices=ROUTED_STREAMS, default=d.routed_stream,
+                        help="stream of the routed experts under capture (the shared expert takes the other)")
+    parser.add_argument("--pdl", action="store_true", help="residual add as a PDL-launched Triton kernel")
+    for name in _SIZE_FIELDS:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name), metavar="N")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _config(args: argparse.Namespace) -> MoEConfig:
+    return MoEConfig(
+        order=args.order, shared_mode=args.shared_mode, dispose=args.dispose, clone=args.clone,
+        inputs=args.inputs, capture_fault=args.capture_fault, pdl=args.pdl, routed_stream=args.routed_stream,
+        **{name: getattr(args, name) for name in _SIZE_FIELDS},
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "case":
+        from .harness import child_main
+
+        child_main(args.kind, json.loads(args.payload), args.result)  # ends the process
+    dry_run = args.command == "record" and args.dry_run
+    try:
+        config = _config(args)
+        settings = RunSettings(dtype=args.dtype, seed=args.seed, device="cpu" if dry_run else "auto")
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not dry_run and not torch.cuda.is_available():
+        hint = " (or record --dry-run on the CPU)" if args.command == "record" else ""
+        print(f"gpu_demo {args.command}: needs a CUDA GPU and none is visible{hint}", file=sys.stderr)
+        return 2
+    handler = {"run": _run, "bench": _bench, "decode": _decode, "record": _record}[args.command]
+    return handler(args, config, settings, argv)
+
+
+# -- commands ---------------------------------------------------------------------
+
+def _run(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
+    from .harness import run_many
+
+    configs = list(MATRIX) if args.matrix else [config]
+    results = run_many(configs, settings, jobs=args.jobs, timeout=args.timeout)
+    rows = [[r.name, r.outcome, " ".join("fault" if e is None else f"{e:.3g}" for e in r.errors), r.message or ""]
+            for r in results]
+    print(format_table(["config", "outcome", "error per replay", "first error"], rows))
+    out = args.out or (_default_path("matrix") if args.matrix else None)
+    if out:
+        cases = [{"name": r.name, **r.__dict__} for r in results]
+        _write(out, argv, {"settings": settings.to_dict(), "tolerance": settings.tolerance, "cases": cases})
+    return 0
+
+
+def _bench(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
+    from .bench import run_bench
+    from .calibrate import run_calibration
+
+    bench = run_bench(config, settings, replays=args.bench_replays)
+    lat, eff = bench["latency"], bench["overlap"]["efficiency"]
+    rows = [[name, f"{v['median_us']:.2f}", _fmt(eff.get(name))] for name, v in lat.items()]
+    rows += [[name, f"{v['median_us']:.2f}", ""] for name, v in bench["pdl"].items() if isinstance(v, dict)]
+    print(format_table(["variant", "median us", "overlap efficiency"], rows))
+    _write(args.out or _default_path("bench"), argv, bench)
+    _write(args.calibration_out or _default_path("calibration"), argv, run_calibration(config, settings))
+    return 0
+
+
+def _decode(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
+    from .decode import decode_suite
+    from .harness import run_children
+
+    configs = [config] if args.single else decode_suite(config)
+    payloads = [{"config": c.to_dict(), "settings": settings.to_dict(), "steps": args.steps} for c in configs]
+    raws = run_children("decode", payloads, args.jobs, args.timeout)
+    results = [{"name": c.name, **raw} for c, raw in zip(configs, raws)]
+    rows = [[r["name"], r.get("status", r.get("outcome")), _fmt(r.get("token_agreement")),
+             _fmt(r.get("first_divergence_step"))] for r in results]
+    print(format_table(["config", "status", "token agreement with eager", "first divergent step"], rows))
+    _write(args.out or _default_path("decode"), argv, {"settings": settings.to_dict(), "steps": args.steps,
+                                                        "layers": config.layers, "cases": results})
+    return 0
+
+
+def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
+    from .guard import check_trace
+    from .recorder import record_moe
+
+    trace = record_moe(config, settings)
+    if args.trace_out:
+        from .provenance import provenance
+
+        trace.meta["provenance"] = provenance(argv)
+        args.trace_out.write_text(trace.to_json(indent=1))
+    captured = [r for r in trace.records if getattr(r, "graph", None) is not None]
+    print(f"{config.name}: {trace.meta['mode']} recording, {len(trace.records)} records, "
+          f"{len(captured)} inside the capture")
+    error = trace.meta.get("capture_error")
+    if error:
+        print(f"capture failed: {error}")
+    findings, report = check_trace(trace)
+    print(report)
+    return 1 if findings or error else 0
+
+
+# -- output -----------------------------------------------------------------------
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _fmt(value: Any) -> str:
+    return "" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def _default_path(kind: str) -> Path:
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia").strip()).strip("-") or "gpu"
+    return RESULTS_DIR / f"{kind}-{slug}.json"
+
+
+def _write(path: Path, argv: list[str], payload: dict[str, Any]) -> None:
+    from .provenance import provenance
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": provenance(argv), **payload}, indent=1) + "\n")
+    print(f"wrote {path}")

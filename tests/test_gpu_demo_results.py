@@ -1,0 +1,139 @@
+"""The committed GPU results (gpu_demo/results/*.json): schema, provenance, and what they show."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from simlib.spec import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, MATRIX, SILENT_WRONG,
+                         TIMING_DEPENDENT, MoEConfig)
+
+RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"
+PROVENANCE = {"gpu", "driver", "cuda_runtime", "torch", "triton", "python", "date_utc", "command"}
+ROLES = {"norm", "gate", "topk", "permute", "routed_experts", "combine", "shared_expert", "merge"}
+
+
+def load(kind: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{kind}-h200.json").read_text())
+
+
+def keys(data: Any) -> Iterator[str]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield k
+            yield from keys(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from keys(v)
+
+
+def cases_by_name() -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in load("matrix")["cases"]}
+
+
+def in_vocabulary(outcome: str) -> bool:
+    if outcome.startswith(CAPTURE_ERROR_PREFIX):
+        return len(outcome) > len(CAPTURE_ERROR_PREFIX)
+    return outcome in (CORRECT, SILENT_WRONG, ILLEGAL_ADDRESS, TIMING_DEPENDENT)
+
+
+@pytest.mark.parametrize("kind", ["matrix", "bench", "decode", "calibration"])
+def test_every_results_file_says_where_it_came_from(kind):
+    data = load(kind)
+    provenance = data["provenance"]
+    assert set(provenance) == PROVENANCE
+    assert "H200" in provenance["gpu"] and provenance["driver"] and provenance["triton"]
+    command = {"matrix": "run --matrix", "calibration": "bench"}.get(kind, kind)
+    assert provenance["command"].startswith(f"python -m gpu_demo {command}")
+    assert datetime.datetime.fromisoformat(provenance["date_utc"]).tzinfo is not None
+    assert not {"host", "hostname", "node", "machine"} & set(keys(data))
+
+
+def test_the_matrix_has_every_matrix_config_once_with_an_outcome_of_the_vocabulary():
+    cases = load("matrix")["cases"]
+    configs = [MoEConfig.from_dict(c["config"]) for c in cases]
+    assert sorted(c.name for c in configs) == sorted(c.name for c in MATRIX)
+    assert set(configs) == set(MATRIX)
+    for case, config in zip(cases, configs):
+        assert case["name"] == config.name and in_vocabulary(case["outcome"])
+
+
+def test_each_outcome_agrees_with_its_errors():
+    for case in load("matrix")["cases"]:
+        outcome, errors, tolerance = case["outcome"], case["errors"], case["tolerance"]
+        if outcome == CORRECT:
+            assert len(errors) == case["config"]["replays"] and max(errors) <= tolerance
+        elif outcome == SILENT_WRONG:
+            assert len(errors) == case["config"]["replays"] and max(errors) > tolerance and not case["message"]
+        elif outcome == ILLEGAL_ADDRESS:
+            assert errors[-1] is None and "illegal memory access" in case["message"]
+        else:
+            assert errors == [] and case["message"] and case["raw_error"].startswith(case["message"])
+
+
+@pytest.mark.parametrize("name, outcome", [
+    ("shared_first/plain/always", CORRECT),
+    ("shared_first/static_buffer/always", CORRECT),
+    ("shared_first/raw_kernel/always", CORRECT),
+    ("routed_first/plain/always", "capture_error:shape_mismatch"),
+    ("routed_first/static_buffer/always", SILENT_WRONG),
+    ("routed_first/raw_kernel/always", ILLEGAL_ADDRESS),
+])
+def test_the_h200_reproduced_the_measured_table(name, outcome):
+    assert cases_by_name()[name]["outcome"] == outcome
+
+
+def test_the_results_show_the_stale_buffer_trap():
+    cases = cases_by_name()
+    trapped = cases["routed_first/static_buffer/always/inputs=same_as_eager"]
+    honest = cases["routed_first/static_buffer/always"]
+    assert trapped["outcome"] == CORRECT and trapped["errors"] == [0.0, 0.0, 0.0]
+    assert honest["outcome"] == SILENT_WRONG and min(honest["errors"]) > 0.1
+
+
+def test_every_fix_of_the_incident_order_was_correct_on_the_h200():
+    for name, case in cases_by_name().items():
+        fixed = case["config"]["dispose"] != "always" or case["config"]["clone"]
+        if case["config"]["order"] == "routed_first" and fixed:
+            assert case["outcome"] == CORRECT, name
+
+
+def test_the_benchmark_has_every_variant_with_enough_replays():
+    bench = load("bench")
+    latency = bench["latency"]
+    for variant in ("eager", "graph_single_stream", "graph_dual_shared_first",
+                    "graph_dual_routed_first_skip_in_capture", "shared_alone", "routed_alone"):
+        assert latency[variant]["samples"] >= 200 and latency[variant]["median_us"] > 0
+    assert latency["eager"]["median_us"] > latency["graph_single_stream"]["median_us"]
+    overlap = bench["overlap"]
+    assert set(overlap["efficiency"]) == {"graph_dual_shared_first", "graph_dual_routed_first_skip_in_capture"}
+    assert overlap["ideal_dual_us"] < overlap["single_us"]
+
+
+def test_the_pdl_residual_add_was_in_the_graph_and_correct():
+    pdl, tolerance = load("bench")["pdl"], 1e-2
+    for placement in ("main", "alt"):
+        on = pdl[f"routed_on_{placement}_pdl_on"]
+        assert on["pdl_kernel_in_graph"] and on["relative_error_vs_eager"] <= tolerance
+        assert pdl[f"routed_on_{placement}_pdl_off"]["relative_error_vs_eager"] <= tolerance
+
+
+def test_decoding_through_the_incident_graph_disagrees_with_eager_and_every_fix_agrees():
+    cases = {c["name"]: c for c in load("decode")["cases"]}
+    assert cases["routed_first/static_buffer/always"]["token_agreement"] < 0.5
+    for name, case in cases.items():
+        assert case["status"] == "decoded"
+        if name != "routed_first/static_buffer/always":
+            assert case["token_agreement"] == 1.0 and case["first_divergence_step"] is None, name
+
+
+def test_the_calibration_has_every_role_and_the_gaps():
+    calibration = load("calibration")
+    assert set(calibration["kernel_roles"]) == ROLES
+    assert all(role["total_median_us"] > 0 for role in calibration["kernel_roles"].values())
+    for gap in ("same_stream_gap_us", "cross_stream_join_gap_us"):
+        assert calibration[gap]["median"] >= 0
+    assert calibration["graph_launch_host_us"] > 0 and calibration["eager_op_launch_host_us"] > 0
