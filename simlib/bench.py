@@ -5,6 +5,10 @@ project tracks (targets in parentheses):
 
 us_per_launch_1k/10k/100k   eager run + capture + one replay, per launch, for
                             programs of 1k, 10k and 100k launches (< 20 µs, flat)
+decode_step_61_layers_s     a 61-layer MoE decode step built, warmed up, captured,
+                            replayed, checked and exported to Perfetto JSON (< 0.2 s)
+widget_redraw_ms            a 1-layer scenario re-simulated and its timeline, captured
+                            graph and pointer table redrawn, median (< 150 ms)
 
 Like ``timeit``, the timed runs pause Python's cyclic garbage collector: its
 full collections scan every live object, so with GC on the cost per launch
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import json
+import statistics
 import sys
 import time
 from typing import Callable
@@ -60,11 +65,48 @@ def _launch_chain(n: int) -> None:
         rt.read(a)
 
 
+def _decode_step_61_layers() -> None:
+    from .checker import check
+    from .export import to_chrome_trace
+    from .scenarios import run
+    from .spec import MoEConfig
+
+    result = run(MoEConfig(layers=61, replays=1))
+    check(result.trace)
+    to_chrome_trace(result.trace)
+
+
+def _widget_redraw_ms(repeats: int = 15) -> float:
+    """What one move of a tutorial control costs: simulate, then redraw three pictures."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from . import plots
+    from .scenarios import run
+    from .spec import ORDERS, MoEConfig
+
+    figs: dict[str, object] = {}
+    samples = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        result = run(MoEConfig(order=ORDERS[i % 2]))
+        step = result.trace.records[-1].step * (i + 1) // (repeats + 1)
+        for name, draw in (("timeline", lambda f: plots.timeline(result.trace, step=step, fig=f)),
+                           ("graph", lambda f: plots.captured_graph(result, step=step, fig=f)),
+                           ("pointers", lambda f: plots.pointer_table(result.trace, step=step, fig=f))):
+            figs[name] = fig = draw(figs.get(name))
+            fig.canvas.draw()
+        if i:                       # the first pass fills matplotlib's caches
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
     for label, n in (("1k", 1_000), ("10k", 10_000), ("100k", 100_000)):
         seconds = min(_timed(lambda: _launch_chain(n)) for _ in range(5 if n <= 10_000 else 2))
         figures[f"us_per_launch_{label}"] = round(seconds / n * 1e6, 2)
+    figures["decode_step_61_layers_s"] = round(min(_timed(_decode_step_61_layers) for _ in range(3)), 3)
+    figures["widget_redraw_ms"] = round(_widget_redraw_ms(), 1)
     return figures
 
 

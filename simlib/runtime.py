@@ -18,6 +18,7 @@ only when the graph replays, with the arguments frozen at capture time.
 
 from __future__ import annotations
 
+import itertools
 import math
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
@@ -56,14 +57,12 @@ class Runtime:
         self.graphs: list[CapturedGraph] = []
         self._capture: Capture | None = None
         self._kernels: dict[int, tuple[KernelFn, float]] = {}   # graph node -> (fn, duration)
-        self._ids = {"tensor": 0, "storage": 0, "launch": 0, "event": 0}
+        self._ids = {kind: itertools.count() for kind in ("tensor", "storage", "launch", "event")}
         self._sticky: IllegalAddress | None = None
 
     # ------------------------------------------------------------------ host clock
     def _next_id(self, kind: str) -> int:
-        n = self._ids[kind]
-        self._ids[kind] = n + 1
-        return n
+        return next(self._ids[kind])
 
     def _host(self, cost: float) -> int:
         """Start one host step: raise a sticky fault, advance the clock and the device."""
@@ -123,9 +122,14 @@ class Runtime:
         cap = self._capture
         return cap if cap is not None and cap.capturing(s) else None
 
-    def _check_capture_ok(self, s: Stream, what: str) -> Capture | None:
+    def _check_capture_ok(self, s: Stream, what: str, subject: str = "") -> Capture | None:
         """Refuse work on a stream whose capture was already invalidated."""
-        cap = self._capturing(s)
+        cap = self._capture
+        if cap is None:
+            return None
+        if subject:
+            what = f"{what} {subject!r}"
+        cap = cap if cap.capturing(s) else None
         if cap is not None and cap.error is not None:
             raise StreamCaptureInvalidated(
                 f"{what} on stream {s.name!r}: the capture of graph {cap.graph.label!r} was "
@@ -360,7 +364,7 @@ class Runtime:
         """
         s = self.current_stream
         step = self._host(self.profile.launch_host_us)
-        cap = self._check_capture_ok(s, f"launching {kernel!r}")
+        cap = self._check_capture_ok(s, "launching", kernel)
         label = label or kernel
         if fn is None:
             fn = _default_fn(kernel, len(writes))

@@ -17,6 +17,9 @@ import zlib
 from typing import Any
 
 
+_set = object.__setattr__
+
+
 class Expr:
     """Base of every symbolic value; immutable, compared by structure."""
 
@@ -105,9 +108,12 @@ class Call(Expr):
     args: tuple[Expr, ...]
 
     def __new__(cls, fn: str, args: tuple[Expr, ...]) -> "Call":
+        # The hot path of every simulated kernel: set the slots directly.
         args = tuple(args)
         obj = object.__new__(cls)
-        obj._init((fn, *(a._hash for a in args)), fn=fn, args=args)
+        _set(obj, "fn", fn)
+        _set(obj, "args", args)
+        _set(obj, "_hash", hash(("Call", fn, *[a._hash for a in args])))
         return obj
 
     def _fields(self) -> tuple[Any, ...]:
