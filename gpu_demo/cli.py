@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flags(record)
     record.add_argument("--dry-run", action="store_true", help="record on the CPU without capturing (no GPU needed)")
     record.add_argument("--trace-out", type=Path, help="also write the trace as JSON")
+    record.add_argument("--strict", action="store_true",
+                        help="exit 1 on warnings (races) too, not only on errors")
 
     case = commands.add_parser("case")  # internal: one isolated case (gpu_demo.harness.run_in_child)
     case.add_argument("--kind", choices=("run", "decode"), required=True)
@@ -189,7 +191,8 @@ def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
         print(f"capture failed: {error}")
     findings, report = check_trace(trace)
     print(report)
-    return 1 if findings or error else 0
+    failing = [f for f in findings if args.strict or f.severity == "error"]
+    return 1 if failing or error else 0
 
 
 # -- output -----------------------------------------------------------------------

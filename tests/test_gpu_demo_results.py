@@ -137,3 +137,34 @@ def test_the_calibration_has_every_role_and_the_gaps():
     for gap in ("same_stream_gap_us", "cross_stream_join_gap_us"):
         assert calibration[gap]["median"] >= 0
     assert calibration["graph_launch_host_us"] > 0 and calibration["eager_op_launch_host_us"] > 0
+
+
+def recorded_trace(order):
+    from simlib.trace import Trace
+
+    return Trace.from_json((RESULTS / f"trace-{order}-h200.json").read_text())
+
+
+def test_the_real_h200_captures_check_like_the_simulator_predicts():
+    from simlib.checker import check
+
+    routed_first = check(recorded_trace("routed_first"))
+    assert {(f.rule, f.severity) for f in routed_first} == {(1, "error"), (2, "error")}
+    shared_first = check(recorded_trace("shared_first"))
+    assert {(f.rule, f.severity) for f in shared_first} == {(4, "warning")}
+
+
+def test_the_real_shared_first_capture_reused_the_disposed_block():
+    # The caching allocator handed x's block, freed by dispose_tensor during capture, to a
+    # later main-stream tensor while the alt stream's shared expert reads x: the rule 4 race.
+    from simlib.trace import Free, Launch
+
+    trace = recorded_trace("shared_first")
+    assert trace.meta["provenance"]["gpu"] == "NVIDIA H200" and trace.meta["mode"] == "cuda"
+    free = next(r for r in trace.of(Free) if r.graph is not None)
+    later = [(r.stream, a.label) for r in trace.of(Launch) if r.graph is not None and r.step > free.step
+             for a in r.args if a.writes and a.ptr <= free.ptr < a.ptr + max(a.nbytes, 1)]
+    readers = [r.stream for r in trace.of(Launch) if r.graph is not None and r.step < free.step
+               for a in r.args if a.reads and a.ptr == free.ptr]
+    assert later and readers
+    assert {s for s, _ in later} != set(readers)     # written on one stream, read on another
