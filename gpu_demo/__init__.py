@@ -7,7 +7,7 @@ The public surface is small:
 ``label(tensor, name)``
     name a tensor in recorded traces (``gpu_demo.annotate``)
 
-and the CLI, ``python -m gpu_demo run | bench | decode | record``.
+and the CLI, ``python -m gpu_demo run | bench | decode | record | fidelity``.
 """
 
 from .annotate import label

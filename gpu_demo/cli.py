@@ -1,4 +1,4 @@
-"""``python -m gpu_demo run | bench | decode | record``: the lab on a real GPU.
+"""``python -m gpu_demo run | bench | decode | record | fidelity``: the lab on a real GPU.
 
 ``run``     one configuration (flags mirror ``simlib.spec.MoEConfig``) or
             ``--matrix`` (every ``simlib.spec.MATRIX`` row), each case in its own
@@ -34,7 +34,7 @@ _SIZE_FIELDS = ("layers", "tokens", "hidden", "intermediate", "experts", "top_k"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpu_demo", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,decode,record}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,decode,record,fidelity}")
 
     run = commands.add_parser("run", help="capture and replay one configuration, or the whole matrix")
     _config_flags(run)
@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--trace-out", type=Path, help="also write the trace as JSON")
     record.add_argument("--strict", action="store_true",
                         help="exit 1 on warnings (races) too, not only on errors")
+
+    commands.add_parser("fidelity", help="the simulator against the committed H200 results "
+                        "(outcomes and replay latency; no GPU needed)")
 
     case = commands.add_parser("case")  # internal: one isolated case (gpu_demo.harness.run_in_child)
     case.add_argument("--kind", choices=("run", "decode"), required=True)
@@ -112,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .harness import child_main
 
         child_main(args.kind, json.loads(args.payload), args.result)  # ends the process
+    if args.command == "fidelity":
+        print(fidelity_report())
+        return 0
     dry_run = args.command == "record" and args.dry_run
     try:
         config = _config(args)
@@ -127,6 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- commands ---------------------------------------------------------------------
+
+def fidelity_report() -> str:
+    """Both comparisons with the committed H200 results, as Markdown (the README quotes it)."""
+    from . import conformance, prediction
+
+    return (conformance.format_table(conformance.rows()) + "\n\n"
+            + prediction.format_table(prediction.predictions()))
+
 
 def _run(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
     from .harness import run_many
