@@ -442,6 +442,11 @@ def _capture_takeaway(records: Sequence[Record], graph: int) -> str:
         return f"{len(bad)} captured launch(es) froze a null, empty or freed pointer"
     if emptied:
         m = emptied[0]
+        if not any(isinstance(r, Capture) and r.graph == graph and r.op == "end"
+                   for r in records):
+            # Shown up to a host step inside the capture: later launches are still to come.
+            return (f"{m.label}.{m.op}(empty) at host step {m.step}: every launch so far froze a "
+                    f"live {m.label}; any launch issued after it freezes an empty {m.label} (0x0)")
         return (f"{m.label}.{m.op}(empty) at host step {m.step} came after every launch that "
                 "reads it: the capture froze live pointers only")
     if launches:
