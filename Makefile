@@ -23,6 +23,9 @@ headline: $(STAMP)  ## no browser: print and save the headline comparison
 test: $(STAMP)  ## every test CI runs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+html: $(STAMP)  ## the static HTML edition, widget state embedded: out/html/index.html
+	$(BIN)/python scripts/build_html.py --out out/html
+
 bench: $(STAMP)  ## the simulator's speed benchmark
 	$(BIN)/python -m simlib.bench
 
