@@ -16,7 +16,7 @@ Only ``gpu_demo.recorder`` reads it (``gpu_demo.calibrate`` reads the roles).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Protocol
 
@@ -65,62 +65,45 @@ _marks = _Marks()
 
 
 @contextmanager
+def _marking(field: str, value: object) -> Iterator[None]:
+    """Set one mark for the ops issued inside, and restore it after."""
+    previous = getattr(_marks, field)
+    setattr(_marks, field, value)
+    try:
+        yield
+    finally:
+        setattr(_marks, field, previous)
+
+
+@contextmanager
 def role(name: str) -> Iterator[None]:
     """Ops issued inside belong to ``name`` (``gate``, ``shared_expert``, ...)."""
-    previous = _marks.role
-    _marks.role = name
-    try:
+    with _marking("role", name):
         if _marks.profile_roles:
             with torch.profiler.record_function(name):
                 yield
         else:
             yield
-    finally:
-        _marks.role = previous
 
 
-@contextmanager
-def issuing_on(stream: str) -> Iterator[None]:
+def issuing_on(stream: str) -> "AbstractContextManager[None]":
     """Ops issued inside go to the logical stream ``stream`` (``main``/``alt``)."""
-    previous = _marks.stream
-    _marks.stream = stream
-    try:
-        yield
-    finally:
-        _marks.stream = previous
+    return _marking("stream", stream)
 
 
-@contextmanager
-def because(why: str) -> Iterator[None]:
+def because(why: str) -> "AbstractContextManager[None]":
     """Host-side mutations inside happen for the reason ``why``."""
-    previous = _marks.why
-    _marks.why = why
-    try:
-        yield
-    finally:
-        _marks.why = previous
+    return _marking("why", why)
 
 
-@contextmanager
-def listening(listener: Listener) -> Iterator[None]:
+def listening(listener: Listener) -> "AbstractContextManager[None]":
     """Send stream events and host syncs to ``listener`` while inside."""
-    previous = _marks.listener
-    _marks.listener = listener
-    try:
-        yield
-    finally:
-        _marks.listener = previous
+    return _marking("listener", listener)
 
 
-@contextmanager
-def profiling_roles() -> Iterator[None]:
+def profiling_roles() -> "AbstractContextManager[None]":
     """Wrap each role in ``torch.profiler.record_function`` (for calibration)."""
-    previous = _marks.profile_roles
-    _marks.profile_roles = True
-    try:
-        yield
-    finally:
-        _marks.profile_roles = previous
+    return _marking("profile_roles", True)
 
 
 def current_role() -> str:

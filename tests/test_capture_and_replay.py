@@ -8,14 +8,6 @@ from simlib import (CapturedEvent, IllegalAddress, Runtime, StreamCaptureImplici
 from simlib.trace import Capture, DeviceSpan, Launch
 
 
-@pytest.fixture
-def rt():
-    rt = Runtime()
-    main = rt.Stream("main")
-    with rt.stream(main):
-        yield rt
-
-
 def test_capture_records_nodes_instead_of_running_them(rt):
     x = rt.from_host((4,), "x", value="x1")
     with rt.graph(rt.current_stream, inputs=[x]) as g:

@@ -2,17 +2,9 @@
 
 import pytest
 
-from simlib import Runtime, ShapeMismatch, Sym, raw
+from simlib import ShapeMismatch, Sym, raw
 from simlib.memory import GRANULARITY
 from simlib.trace import Alloc, DeviceSpan, Free, Launch, Mutation, SkippedLaunch
-
-
-@pytest.fixture
-def rt():
-    rt = Runtime()
-    main = rt.Stream("main")
-    with rt.stream(main):
-        yield rt
 
 
 def test_launches_are_asynchronous_and_each_host_op_costs_time(rt):
