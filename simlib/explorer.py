@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
 from .headline import GPU_RESULTS
+from .memory import short_ptr
 from .scenarios import ScenarioResult, run
 from .spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
 from .trace import (Alloc, Capture, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
@@ -63,12 +64,6 @@ def findings(config: MoEConfig) -> tuple[checker.Finding, ...]:
 
 
 # ================================================================ reading a trace in words
-def short_ptr(ptr: int) -> str:
-    """A pointer as the pictures print it: ``0x7e…00000`` (``0x0`` for null)."""
-    h = f"{ptr:x}"
-    return f"0x{h}" if len(h) <= 8 else f"0x{h[:2]}…{h[-5:]}"
-
-
 def _args(args: Iterable[Any]) -> str:
     return ", ".join(f"{a.label}={short_ptr(a.ptr)}" + ("" if a.numel else " (empty)")
                      for a in args)

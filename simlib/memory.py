@@ -40,6 +40,12 @@ def graph_pool(graph: int) -> str:
     return f"graph{graph}"
 
 
+def short_ptr(ptr: int) -> str:
+    """``0x7e000000c400`` -> ``0x7e…0c400``: the pool prefix and the block offset, as printed."""
+    h = f"{ptr:x}"
+    return f"0x{h}" if len(h) <= 8 else f"0x{h[:2]}…{h[-5:]}"
+
+
 def round_size(nbytes: int) -> int:
     return -(-nbytes // GRANULARITY) * GRANULARITY
 

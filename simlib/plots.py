@@ -42,6 +42,7 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import (Affine2D, Bbox, BboxTransformFrom, BboxTransformTo, Transform,
                                    TransformedBbox, blended_transform_factory)
 
+from .memory import short_ptr
 from .spec import CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG
 from .trace import (Alloc, Arg, Capture, DeviceSpan, EventOp, Fault, Free, Launch, Mutation,
                     Record, SkippedLaunch, Trace)
@@ -351,12 +352,6 @@ def _until(trace: Trace, step: int | None) -> list[Record]:
 
 def role_colour(role: str) -> str:
     return ROLE_COLOURS.get(role, ROLE_COLOURS["other"])
-
-
-def short_ptr(ptr: int) -> str:
-    """``0x7e000000c400`` -> ``0x7e…0c400``: the pool prefix and the block offset."""
-    h = f"{ptr:x}"
-    return f"0x{h}" if len(h) <= 8 else f"0x{h[:2]}…{h[-5:]}"
 
 
 def _tint(colour: str, amount: float = 0.78) -> tuple[float, float, float]:
