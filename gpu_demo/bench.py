@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from simlib.spec import ROUTED_STREAMS, MoEConfig
 
-from . import graphs, profiling
+from . import graphs, kernels, profiling
 from .moe import MoEStack
 from .outcomes import relative_error
 from .settings import RunSettings
@@ -170,27 +171,38 @@ def run_bench(config: MoEConfig, settings: RunSettings, replays: int = 300) -> d
 
 def run_pdl(bench: Bench) -> dict[str, Any]:
     """The residual add as a PDL-launched Triton kernel, with the routed experts
-    on the main stream (right before it) or on the alternate stream."""
+    on the main stream (right before it) or on the alternate stream.
+
+    Three variants per placement: ``off`` (two torch adds), ``fused`` (the same
+    Triton kernel launched without PDL) and ``on`` (launched with PDL). Then
+    ``pdl_saves_us`` = off − on is the whole change, split into
+    ``fusion_saves_us`` = off − fused and ``pdl_alone_saves_us`` = fused − on.
+    """
     out: dict[str, Any] = {}
+    variants = {"off": (False, nullcontext), "fused": (True, kernels.without_pdl), "on": (True, nullcontext)}
     with torch.no_grad():
         reference = bench.model()
         for routed in ROUTED_STREAMS:
-            for pdl in (False, True):
-                name = f"routed_on_{routed}_pdl_{'on' if pdl else 'off'}"
+            for variant, (fused, launching) in variants.items():
+                name = f"routed_on_{routed}_pdl_{variant}"
                 static_in = bench.static_input()
-                graph, static_out = bench.graph(bench.model(pdl=pdl, routed_stream=routed), static_in, debug=pdl)
+                with launching():
+                    graph, static_out = bench.graph(bench.model(pdl=fused, routed_stream=routed), static_in,
+                                                    debug=variant == "on")
                 entry: dict[str, Any] = bench.time_graph(graph, static_in)
                 entry["sink_start_minus_predecessor_end_us"] = bench.kernels(graph).get(
                     "sink_start_minus_predecessor_end_us")
                 static_in.copy_(bench.inputs[1])
                 graph.replay()
                 entry["relative_error_vs_eager"] = relative_error(static_out, reference(bench.inputs[1].clone()))
-                if pdl:
+                if variant == "on":
                     entry.update(_pdl_in_graph(graph))
                 out[name] = entry
     for routed in ROUTED_STREAMS:
-        off, on = out[f"routed_on_{routed}_pdl_off"], out[f"routed_on_{routed}_pdl_on"]
-        out[f"routed_on_{routed}_pdl_saves_us"] = round(off["median_us"] - on["median_us"], 3)
+        median = {v: out[f"routed_on_{routed}_pdl_{v}"]["median_us"] for v in variants}
+        out[f"routed_on_{routed}_pdl_saves_us"] = round(median["off"] - median["on"], 3)
+        out[f"routed_on_{routed}_fusion_saves_us"] = round(median["off"] - median["fused"], 3)
+        out[f"routed_on_{routed}_pdl_alone_saves_us"] = round(median["fused"] - median["on"], 3)
     return out
 
 

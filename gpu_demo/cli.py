@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--bench-replays", type=_positive, default=300, help="timed replays per variant")
     bench.add_argument("--out", type=Path, help="latency JSON (default results/bench-<gpu>.json)")
     bench.add_argument("--calibration-out", type=Path, help="calibration JSON (default results/calibration-<gpu>.json)")
+    bench.add_argument("--pdl-only", action="store_true",
+                       help="only the PDL residual add, split into fusion and PDL "
+                            "(writes results/pdl-<gpu>.json, or --out)")
 
     decode = commands.add_parser("decode", help="token agreement of graph-replay decoding with eager")
     _config_flags(decode)
@@ -158,9 +161,20 @@ def _run(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, arg
 
 
 def _bench(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
-    from .bench import run_bench
+    from .bench import Bench, run_bench, run_pdl
     from .calibrate import run_calibration
 
+    if args.pdl_only:
+        bench = Bench(config, settings, args.bench_replays)
+        pdl = run_pdl(bench)
+        rows = [[name, f"{v['median_us']:.2f}"] for name, v in pdl.items() if isinstance(v, dict)]
+        rows += [[name, f"{v:.3f}"] for name, v in pdl.items() if not isinstance(v, dict)]
+        print(format_table(["variant", "median us / saving us"], rows))
+        _write(args.out or _default_path("pdl"), argv, {"config": bench.config.to_dict(),
+                                                        "settings": settings.to_dict(),
+                                                        "replays_per_variant": args.bench_replays,
+                                                        "pdl": pdl})
+        return 0
     bench = run_bench(config, settings, replays=args.bench_replays)
     lat, eff = bench["latency"], bench["overlap"]["efficiency"]
     rows = [[name, f"{v['median_us']:.2f}", _fmt(eff.get(name))] for name, v in lat.items()]

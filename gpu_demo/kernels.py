@@ -18,10 +18,14 @@ that the same call runs on a CPU (torch code) and on a GPU (Triton or torch):
 ``residual_add(residual, routed, shared)``
     ``residual + routed + shared`` summed in float32; on a GPU a Triton kernel
     launched with Programmatic Dependent Launch (PDL), so it may start while
-    the kernel before it on its stream finishes.
+    the kernel before it on its stream finishes (``without_pdl()`` launches the
+    same kernel the ordinary way, for the benchmark).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -57,11 +61,24 @@ def residual_add(residual: torch.Tensor, routed: torch.Tensor, shared: torch.Ten
     return (residual.float() + routed.float() + shared.float()).to(residual.dtype)
 
 
+_launch_with_pdl = [True]
+
+
+@contextmanager
+def without_pdl() -> Iterator[None]:
+    """Launch the fused residual add without PDL inside (read at launch, so at capture)."""
+    _launch_with_pdl.append(False)
+    try:
+        yield
+    finally:
+        _launch_with_pdl.pop()
+
+
 @residual_add.register_kernel("cuda")
 def _residual_add_cuda(residual: torch.Tensor, routed: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
     from . import triton_kernels
 
-    return triton_kernels.residual_add_pdl(residual, routed, shared)
+    return triton_kernels.residual_add(residual, routed, shared, pdl=_launch_with_pdl[-1])
 
 
 PDL_OPS = frozenset({"gpu_demo.residual_add.default"})

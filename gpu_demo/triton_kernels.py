@@ -4,10 +4,12 @@
 accepts a null pointer, so a disposed input (``data_ptr() == 0``) is captured
 as address 0 and the kernel faults when the graph replays.
 
-``residual_add_pdl`` is launched with ``launch_pdl=True`` (Programmatic
-Dependent Launch, Hopper and later) and calls ``gdc_wait()`` before its first
-load: it may be scheduled while the previous kernel on its stream drains, and
-waits on the device, not the host, for that kernel's writes.
+``residual_add`` is launched with ``launch_pdl=True`` (Programmatic Dependent
+Launch, Hopper and later) and calls ``gdc_wait()`` before its first load: it may
+be scheduled while the previous kernel on its stream drains, and waits on the
+device, not the host, for that kernel's writes. With ``pdl=False`` the same
+kernel launches the ordinary way (``gdc_wait()`` then returns at once), which
+separates what PDL saves from what fusing the adds saves.
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ def _residual_add_kernel(res_ptr, a_ptr, b_ptr, out_ptr, numel, BLOCK: tl.conste
     tl.store(out_ptr + offsets, (res + a + b).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def residual_add_pdl(residual: torch.Tensor, routed: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
-    """``residual + routed + shared`` in one PDL-launched kernel."""
+def residual_add(residual: torch.Tensor, routed: torch.Tensor, shared: torch.Tensor,
+                 pdl: bool = True) -> torch.Tensor:
+    """``residual + routed + shared`` in one kernel, PDL-launched unless ``pdl=False``."""
     out = torch.empty_like(residual)
     numel = out.numel()
     _residual_add_kernel[(triton.cdiv(numel, BLOCK),)](
-        residual, routed, shared, out, numel, BLOCK=BLOCK, launch_pdl=True
+        residual, routed, shared, out, numel, BLOCK=BLOCK, launch_pdl=pdl
     )
     return out
