@@ -594,8 +594,8 @@ class _Lanes:
     """How a graph executor maps the DAG onto its internal streams ("lanes").
 
     A replay does not keep the capture's streams. Nodes are placed in capture
-    order: a node continues the lane of its first dependency that no earlier
-    node continued; otherwise it starts a branch, which reuses a lane whose
+    order: a node continues the lane of its first dependency that still ends a
+    lane and that no earlier node continued; otherwise it starts a branch, which reuses a lane whose
     work has been joined (its last node has a successor) or opens a new one.
     Measured on an H200, the first kernel of a newly opened lane starts about
     ``graph_branch_launch_us`` after the replay begins, which is why the branch
@@ -610,11 +610,11 @@ class _Lanes:
     def assign(self, node: Launch) -> bool:
         """Place ``node``; True if it opened a new lane."""
         self.joined.update(node.deps)
-        heir = next((d for d in node.deps if d not in self.continued), None)
+        lane_of = {t: i for i, t in enumerate(self.tails) if t is not None}
+        heir = next((d for d in node.deps if d not in self.continued and d in lane_of), None)
         if heir is not None:
             self.continued.add(heir)
-            lane = next(i for i, t in enumerate(self.tails) if t == heir)
-            self.tails[lane] = node.id
+            self.tails[lane_of[heir]] = node.id
             return False
         free = next((i for i, t in enumerate(self.tails) if t is None or t in self.joined), None)
         if free is not None:

@@ -202,3 +202,18 @@ def test_launch_records_carry_the_graph_and_eager_ones_do_not(rt):
     by_kernel = {r.kernel: r for r in rt.trace.records if isinstance(r, Launch)}
     assert by_kernel["eager"].graph is None and by_kernel["captured"].graph == g.id
     assert rt.read(x) == Sym("x1")
+
+
+def test_executor_lanes_open_reuse_and_never_lose_a_dependency():
+    from types import SimpleNamespace
+
+    from simlib.runtime import _Lanes
+
+    lanes = _Lanes()
+    node = lambda i, *deps: SimpleNamespace(id=i, deps=deps)  # noqa: E731
+    assert lanes.assign(node(0)) is False          # the first root runs on lane 0
+    assert lanes.assign(node(1, 0)) is False       # continues lane 0
+    assert lanes.assign(node(2, 0)) is True        # a second branch opens lane 1 (starts late)
+    assert lanes.assign(node(3, 1, 2)) is False    # the join continues lane 0
+    assert lanes.assign(node(4)) is False          # lane 1's work was joined: reused, no delay
+    assert lanes.assign(node(5, 2)) is True        # 2 no longer ends a lane: a new one opens
