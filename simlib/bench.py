@@ -103,7 +103,7 @@ def _widget_redraw_ms(repeats: int = 15) -> float:
 def run() -> dict[str, float]:
     figures: dict[str, float] = {}
     for label, n in (("1k", 1_000), ("10k", 10_000), ("100k", 100_000)):
-        seconds = min(_timed(lambda: _launch_chain(n)) for _ in range(5 if n <= 10_000 else 2))
+        seconds = min(_timed(lambda: _launch_chain(n)) for _ in range(7 if n <= 10_000 else 3))
         figures[f"us_per_launch_{label}"] = round(seconds / n * 1e6, 2)
     figures["decode_step_61_layers_s"] = round(min(_timed(_decode_step_61_layers) for _ in range(3)), 3)
     figures["widget_redraw_ms"] = round(_widget_redraw_ms(), 1)
