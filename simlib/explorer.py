@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
-from .headline import GPU_RESULTS
+from .headline import GPU_RESULTS, load_gpu_results
 from .memory import short_ptr
 from .scenarios import ScenarioResult, run
 from .spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
@@ -188,12 +187,11 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
     fresh inputs, then whether the simulator predicts the same outcomes.
     """
     path = Path(path)
-    if not path.is_file():
+    gpu = load_gpu_results(path)
+    if gpu is None:
         return (f"No GPU results recorded at {path}; `python -m gpu_demo run --matrix` on a "
                 "CUDA machine records them.")
-    data = json.loads(path.read_text())
-    prov = data.get("provenance", {})
-    cases = {MoEConfig.from_dict(c["config"]): c for c in data["cases"]}
+    prov, cases = gpu.recorded, gpu.cases
     lines = [f"{key:<13} {prov[key]}" for key in
              ("gpu", "driver", "cuda_runtime", "torch", "triton", "date_utc", "command")
              if prov.get(key)]

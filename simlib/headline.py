@@ -26,11 +26,20 @@ HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order vari
 
 @dataclass(frozen=True)
 class GpuResults:
-    """Outcomes a real GPU recorded, by configuration, and where they came from."""
+    """What a real GPU recorded, by configuration, and where it came from."""
 
-    outcomes: dict[MoEConfig, str]
-    provenance: str
+    cases: dict[MoEConfig, dict[str, Any]]   # each case as recorded (outcome, errors, ...)
+    recorded: dict[str, Any]                 # the file's provenance object
     path: Path
+
+    @property
+    def outcomes(self) -> dict[MoEConfig, str]:
+        return {config: case["outcome"] for config, case in self.cases.items()}
+
+    @property
+    def provenance(self) -> str:
+        """The provenance in one line, for table headers."""
+        return _describe_provenance(self.recorded)
 
 
 def load_gpu_results(path: Path) -> GpuResults | None:
@@ -44,9 +53,9 @@ def load_gpu_results(path: Path) -> GpuResults | None:
         return None
     data = json.loads(path.read_text())
     cases = data["cases"] if isinstance(data, dict) else data
-    outcomes = {MoEConfig.from_dict(c["config"]): c["outcome"] for c in cases}
+    by_config = {MoEConfig.from_dict(c["config"]): c for c in cases}
     prov = data.get("provenance", {}) if isinstance(data, dict) else {}
-    return GpuResults(outcomes, _describe_provenance(prov), path)
+    return GpuResults(by_config, prov, path)
 
 
 def _describe_provenance(prov: dict[str, Any]) -> str:

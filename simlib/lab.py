@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .checker import check as check_trace
+from .headline import GPU_RESULTS, GpuResults, load_gpu_results
 from .latency import replay_latency
 from .scenarios import run
 from .spec import CAPTURE_ERROR_PREFIX, CORRECT, ORDERS, SHARED_MODES, MoEConfig
@@ -143,9 +144,13 @@ def _recorded(name: str) -> dict[str, Any] | None:
 
 
 def _h200_case(config: MoEConfig) -> dict[str, Any] | None:
-    data = _recorded("matrix-h200.json")
-    cases = data["cases"] if data else []
-    return next((c for c in cases if MoEConfig.from_dict(c["config"]) == config), None)
+    gpu = _h200_matrix()
+    return gpu.cases.get(config) if gpu else None
+
+
+@cache
+def _h200_matrix() -> GpuResults | None:
+    return load_gpu_results(GPU_RESULTS)
 
 
 # --------------------------------------------------------------------------- 1 order
