@@ -17,6 +17,7 @@ from pathlib import Path
 
 from simlib import scenarios
 from simlib.checker import check
+from simlib.headline import load_gpu_results
 from simlib.spec import CORRECT, SILENT_WRONG, TIMING_DEPENDENT, MoEConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "matrix-h200.json"
@@ -60,13 +61,15 @@ def agrees(predicted: str, observed: str) -> bool:
 def rows(path: Path = RESULTS) -> list[Row]:
     """One row per scenario the GPU ran, in the order of the results file."""
     try:
-        cases = json.loads(Path(path).read_text())["cases"]
+        gpu = load_gpu_results(Path(path))
+        if gpu is None:
+            raise FileNotFoundError("no such file")
     except (OSError, KeyError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read GPU outcomes from {path}: {exc}. Record them on a GPU "
                          "with `python -m gpu_demo run --matrix`.") from None
     out = []
-    for case in cases:
-        p = predict(MoEConfig.from_dict(case["config"]))
+    for config, case in gpu.cases.items():
+        p = predict(config)
         out.append(Row(case["name"], p.outcome, p.simulated, case["outcome"],
                        agrees(p.outcome, case["outcome"]), p.rules))
     return out
