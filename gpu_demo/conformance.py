@@ -5,7 +5,7 @@ Every scenario of ``simlib.spec.MATRIX`` is defined once; ``gpu_demo run
 ``simlib`` predicts each here. A prediction is the simulated replay's outcome,
 except where the checker finds only races (rule 3 or 4 warnings, no error that
 decides the result) and the replay did not crash: then the honest prediction is
-``timing_dependent``, which agrees with whatever the GPU showed short of a crash
+``unordered``, which agrees with whatever the GPU showed short of a crash
 or a capture error.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from simlib import scenarios
 from simlib.checker import check
 from simlib.headline import load_gpu_results
-from simlib.spec import CORRECT, SILENT_WRONG, TIMING_DEPENDENT, MoEConfig
+from simlib.spec import CORRECT, SILENT_WRONG, UNORDERED, MoEConfig
 
 RESULTS = Path(__file__).resolve().parent / "results" / "matrix-h200.json"
 
@@ -48,12 +48,12 @@ def predict(config: MoEConfig) -> Prediction:
     outcome = result.outcome
     severities = {f.severity for f in findings}
     if outcome in (CORRECT, SILENT_WRONG) and severities == {"warning"}:
-        outcome = TIMING_DEPENDENT
+        outcome = UNORDERED
     return Prediction(outcome, result.outcome, rules)
 
 
 def agrees(predicted: str, observed: str) -> bool:
-    if predicted == TIMING_DEPENDENT:
+    if predicted == UNORDERED:
         return observed in (CORRECT, SILENT_WRONG)
     return predicted == observed
 

@@ -7,22 +7,17 @@ replays get their inputs. ``simlib.scenarios`` builds a simulated program from
 it and ``gpu_demo`` builds a real PyTorch run from the very same object, so the
 two sides cannot drift apart. ``MATRIX`` is the conformance matrix both run.
 
-Outcome classes (the vocabulary both sides report)
---------------------------------------------------
-``correct``                every replay matched the eager reference
-``silent_wrong``           replays ran without error and computed something else
-``illegal_address``        a replay faulted (sticky ``cudaErrorIllegalAddress``)
-``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
-                           (``cudaErrorStreamCaptureUnsupported``, ...) or
-                           ``shape_mismatch`` for a host-side shape check
-``timing_dependent``       a race: the result depends on device timing
-                           (simulator prediction only; the GPU reports what it saw)
+Outcomes are the words of ``simlib.glossary`` (re-exported here for the callers
+that describe configurations).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
+
+from .glossary import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SHAPE_MISMATCH, SILENT_WRONG,  # noqa: F401
+                       UNORDERED, capture_error)
 
 ORDERS = ("shared_first", "routed_first")
 ROUTED_STREAMS = ("main", "alt")
@@ -37,18 +32,6 @@ CAPTURE_FAULTS = (
     "uncaptured_wait",       # a capturing stream waits on an event recorded outside
     "query_captured_event",  # event.query() on an event recorded inside the capture
 )
-
-CORRECT = "correct"
-SILENT_WRONG = "silent_wrong"
-ILLEGAL_ADDRESS = "illegal_address"
-TIMING_DEPENDENT = "timing_dependent"
-CAPTURE_ERROR_PREFIX = "capture_error:"
-SHAPE_MISMATCH = "shape_mismatch"
-
-
-def capture_error(name: str) -> str:
-    """The outcome string for a capture that failed with ``name``."""
-    return CAPTURE_ERROR_PREFIX + name
 
 
 def _choice(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:

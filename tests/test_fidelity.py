@@ -34,15 +34,15 @@ def test_the_measured_table_of_the_design_is_predicted_exactly(rows):
     assert by_name["routed_first/raw_kernel/always"].predicted == "illegal_address"
 
 
-def test_races_are_predicted_timing_dependent_and_say_so(rows):
-    racy = [r for r in rows if r.predicted == "timing_dependent"]
+def test_races_are_predicted_unordered_and_say_so(rows):
+    racy = [r for r in rows if r.predicted == "unordered"]
     assert racy and all(any("rule 4" in x or "rule 3" in x for x in r.rules) for r in racy)
     assert all(r.gpu in ("correct", "silent_wrong") for r in racy)
 
 
 @pytest.mark.parametrize("predicted, observed, agree", [
     ("correct", "correct", True), ("correct", "silent_wrong", False),
-    ("timing_dependent", "silent_wrong", True), ("timing_dependent", "illegal_address", False),
+    ("unordered", "silent_wrong", True), ("unordered", "illegal_address", False),
 ])
 def test_agreement_rule(predicted, observed, agree):
     assert conformance.agrees(predicted, observed) is agree

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 from simlib.spec import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, MATRIX, SILENT_WRONG,
-                         TIMING_DEPENDENT, MoEConfig)
+                         UNORDERED, MoEConfig)
 
 RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"
 PROVENANCE = {"gpu", "driver", "cuda_runtime", "torch", "triton", "python", "date_utc", "command"}
@@ -37,7 +37,7 @@ def cases_by_name() -> dict[str, dict[str, Any]]:
 def in_vocabulary(outcome: str) -> bool:
     if outcome.startswith(CAPTURE_ERROR_PREFIX):
         return len(outcome) > len(CAPTURE_ERROR_PREFIX)
-    return outcome in (CORRECT, SILENT_WRONG, ILLEGAL_ADDRESS, TIMING_DEPENDENT)
+    return outcome in (CORRECT, SILENT_WRONG, ILLEGAL_ADDRESS, UNORDERED)
 
 
 @pytest.mark.parametrize("kind", ["matrix", "bench", "decode", "calibration"])

@@ -1,0 +1,136 @@
+"""The project's words, defined once: outcomes, and what a captured graph holds.
+
+A reader meets the same questions in the README, the headline, the
+notebooks, the lab, the checker and both CLIs ("is shared-first safe?",
+"did the late launch freeze a null pointer or launch nothing?"). Every one
+of them takes its words from here, so the answers cannot drift apart.
+
+Outcomes
+--------
+What one configuration did on a device (observed), or what the simulator
+says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
+
+``correct``                every replay matched the eager reference, and the
+                           graph orders every access that conflicts
+``unordered``              correct on every replay we ran, but unordered: the
+                           graph leaves a read and a write of one block without
+                           an order between them, a race the hardware has not
+                           lost yet (a slower branch makes replays wrong)
+``silent_wrong``           replays ran without error and computed something else
+``illegal_address``        a replay faulted (sticky ``cudaErrorIllegalAddress``)
+``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
+                           (``cudaErrorStreamCaptureUnsupported``, ...) or
+                           ``shape_mismatch`` for a host-side shape check
+
+``unordered`` is a verdict about the *program*, not a result a replay can
+show: a replay is right or wrong. A GPU run of an unordered program reports
+what its replays showed (``correct`` or ``silent_wrong``) and the checker's
+race beside it.
+
+What the graph holds for a late consumer
+----------------------------------------
+After the host emptied a tensor during capture, what a consumer issued later
+left in the graph depends on how it consumes the tensor (``GRAPH_HOLDS``):
+
+``null_pointer_node``   a raw-pointer kernel launched anyway: the graph has a
+                        node whose frozen pointer is 0 and whose size is the
+                        static batch; every replay faults
+``no_node``             the op had zero elements, so PyTorch launched nothing
+                        (or the code skipped it): the graph has no node, and
+                        the output keeps whatever it held before; every replay
+                        is silently wrong
+``shape_error``         a torch op checked shapes on the host while capturing
+                        and raised: the capture fails, there is no graph
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CORRECT = "correct"
+UNORDERED = "unordered"
+SILENT_WRONG = "silent_wrong"
+ILLEGAL_ADDRESS = "illegal_address"
+CAPTURE_ERROR_PREFIX = "capture_error:"
+SHAPE_MISMATCH = "shape_mismatch"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One word of the vocabulary.
+
+    ``words``   how prose says it ("silently wrong")
+    ``badge``   the short text on a picture's outcome badge
+    ``meaning`` one sentence a learner can read on its own
+    ``colour``  the badge colour (Okabe-Ito, safe for colour-blind readers)
+    """
+
+    code: str
+    words: str
+    badge: str
+    meaning: str
+    colour: str
+
+
+OUTCOMES: dict[str, Term] = {t.code: t for t in (
+    Term(CORRECT, "correct", "correct",
+         "every replay matched the eager reference, and the graph orders every access that conflicts",
+         "#009E73"),
+    Term(UNORDERED, "unordered", "unordered: a race",
+         "correct on every replay we ran, but unordered: a race the hardware has not lost yet; "
+         "the graph leaves a read and a write of one block without an order between them, and a "
+         "slower branch makes the replays wrong",
+         "#E69F00"),
+    Term(SILENT_WRONG, "silently wrong", "silently wrong",
+         "every replay ran without an error and computed something else",
+         "#D55E00"),
+    Term(ILLEGAL_ADDRESS, "an illegal-address fault", "illegal address",
+         "a replay faulted with cudaErrorIllegalAddress, which is sticky: the process's CUDA context is lost",
+         "#CC79A7"),
+    Term(CAPTURE_ERROR_PREFIX, "a capture error", "capture fails",
+         "the capture itself failed, so there is no graph to replay",
+         "#56B4E9"),
+)}
+
+NULL_POINTER_NODE = "null_pointer_node"
+NO_NODE = "no_node"
+SHAPE_ERROR = "shape_error"
+
+GRAPH_HOLDS: dict[str, str] = {
+    NULL_POINTER_NODE: "a node whose frozen pointer is 0 (a raw-pointer kernel launched anyway); "
+                       "every replay faults",
+    NO_NODE: "no node at all (zero elements, so PyTorch launched nothing); the output keeps what it "
+             "held before, and every replay is silently wrong",
+    SHAPE_ERROR: "no graph: a host-side shape check raised while capturing, so the capture failed",
+}
+
+
+def capture_error(name: str) -> str:
+    """The outcome string for a capture that failed with ``name``."""
+    return CAPTURE_ERROR_PREFIX + name
+
+
+def term(outcome: str) -> Term:
+    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included)."""
+    if outcome.startswith(CAPTURE_ERROR_PREFIX):
+        return OUTCOMES[CAPTURE_ERROR_PREFIX]
+    if outcome not in OUTCOMES:
+        raise ValueError(f"{outcome!r} is not an outcome; the outcomes are: "
+                         + ", ".join(repr(c) for c in OUTCOMES) + " (capture_error:<name>)")
+    return OUTCOMES[outcome]
+
+
+def words(outcome: str) -> str:
+    """How prose says ``outcome``: ``silently wrong``, ``a capture error (shape_mismatch)``."""
+    found = term(outcome)
+    if outcome.startswith(CAPTURE_ERROR_PREFIX):
+        return f"{found.words} ({outcome.removeprefix(CAPTURE_ERROR_PREFIX)})"
+    return found.words
+
+
+def badge(outcome: str) -> str:
+    """The outcome badge's text: ``unordered: a race``, ``capture fails: shape_mismatch``."""
+    found = term(outcome)
+    if outcome.startswith(CAPTURE_ERROR_PREFIX):
+        return f"{found.badge}: {outcome.removeprefix(CAPTURE_ERROR_PREFIX)}"
+    return found.badge
