@@ -21,6 +21,10 @@ Launch
 Mutation
     A host-side change of a tensor's metadata (``set_``, ``resize_``): no
     kernel runs, but every later launch reads the new pointer.
+HostRead
+    The host read a tensor's metadata (``x.shape``, ``x.numel()``) during a
+    capture: no kernel runs, but host code may branch on what it saw, so a
+    ``set_`` before it changes what is captured even when no kernel follows.
 View
     A new tensor handle on an existing handle's storage (``t.view``, slicing).
     It takes the base's metadata *as it is then*, so a ``set_`` of the base
@@ -64,6 +68,9 @@ class Arg:
     shape: tuple[int, ...]
     nbytes: int
     access: str  # "r", "w" or "rw"
+    # Bytes of the storage from ``ptr`` to its end, as the host saw it at launch
+    # (None: not known). ``nbytes`` larger than this reads or writes past the storage.
+    storage_nbytes: int | None = None
 
     @property
     def reads(self) -> bool:
@@ -138,6 +145,19 @@ class View(Record):
     ptr: DataPtr
     numel: int
     shape: tuple[int, ...]
+    graph: GraphId | None
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class HostRead(Record):
+    """The host read ``tensor``'s metadata (``op``: ``shape``, ``numel``, ...); no kernel runs."""
+
+    kind: ClassVar[str] = "host_read"
+    op: str
+    tensor: TensorId
+    label: str
+    shape: tuple[int, ...]
+    stream: StreamName
     graph: GraphId | None
 
 
@@ -240,7 +260,7 @@ class Fault(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.kind: cls
-    for cls in (Alloc, Free, Mutation, View, Launch, SkippedLaunch, EventOp, HostSync,
+    for cls in (Alloc, Free, Mutation, View, HostRead, Launch, SkippedLaunch, EventOp, HostSync,
                 Capture, Replay, DeviceSpan, Fault)
 }
 
