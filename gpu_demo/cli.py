@@ -26,6 +26,7 @@ import torch
 from simlib.spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS, ROUTED_STREAMS,
                          SHARED_MODES, MoEConfig)
 
+from . import check_cli
 from .settings import DTYPES, RunSettings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -34,7 +35,8 @@ _SIZE_FIELDS = ("layers", "tokens", "hidden", "intermediate", "experts", "top_k"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpu_demo", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,decode,record,fidelity}")
+    commands = parser.add_subparsers(dest="command", required=True,
+                                     metavar="{run,bench,decode,record,fidelity,check,corpus,recorder-overhead}")
 
     run = commands.add_parser("run", help="capture and replay one configuration, or the whole matrix")
     _config_flags(run)
@@ -70,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("fidelity", help="the simulator against the committed H200 results "
                         "(outcomes and replay latency; no GPU needed)")
+
+    check_cli.register(commands)  # check, corpus, recorder-overhead (gpu_demo.check_cli)
 
     case = commands.add_parser("case")  # internal: one isolated case (gpu_demo.harness.run_in_child)
     case.add_argument("--kind", choices=("run", "decode"), required=True)
@@ -118,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .harness import child_main
 
         child_main(args.kind, json.loads(args.payload), args.result)  # ends the process
+    if hasattr(args, "handler"):
+        return args.handler(args, argv)
     if args.command == "fidelity":
         print(fidelity_report())
         return 0
