@@ -16,6 +16,8 @@ see ``gpu_demo.child``):
    state, so the reference cannot repair a replay (the stale-buffer trap of
    DESIGN.md) nor spoil it. A function whose eager result depends on state a
    previous call left behind cannot be checked this way: pass a factory;
+0. run the function once eagerly on its example inputs: if that fails, there
+   is nothing to check (``EagerFailure``, reported as a problem, not a hazard);
 3. record a warm-up and a capture of a fresh build with ``gpu_demo.recorder``
    (no replay, so the recording cannot fault) and hand the trace back at once;
 4. build once more, warm up, capture with ``torch.cuda.graph``, and for each
@@ -145,19 +147,24 @@ def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Ten
     return ReplayEvidence(True, CORRECT if correct else SILENT_WRONG, errors, tolerance, reference)
 
 
+class EagerFailure(RuntimeError):
+    """The function failed on its example inputs without any capture: nothing to check."""
+
+
 # -- the guard's child ---------------------------------------------------------------------
 
 @dataclass
 class Subject:
     """Everything a check needs, as it travels to the child (see ``gpu_demo.target.portable``)."""
 
-    target: bytes | str
+    target: Any
+    """what ``gpu_demo.target.portable`` made of the target (or the object itself, in process)"""
     name: str
     inputs: tuple[torch.Tensor, ...] | None
     dtype: torch.dtype
     replays: int
     seed: int = 0
-    reference: bytes | str | None = None
+    reference: Any = None
     reference_name: str | None = None
 
     def build(self, device: torch.device, reference: bool = False) -> Built:
@@ -183,6 +190,11 @@ def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]
     with torch.no_grad():
         built = subject.build(device)
         inputs = subject.example_inputs(built, device)
+        try:
+            built.fn(*(t.clone() for t in inputs))
+        except Exception as exc:
+            raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
+                               "(are the example inputs' shapes and dtypes right?)") from exc
         wanted, fresh, reference = _references(subject, inputs, device) if on_gpu else ([], [], "")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})
         checkpoint({"mode": "cuda" if on_gpu else "dry_run", "trace": trace.to_json()})

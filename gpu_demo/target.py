@@ -121,9 +121,12 @@ def portable(target: Target) -> bytes | str:
             "or isolate=False to run in this process.") from exc
 
 
-def unpack(sent: bytes | str) -> Any:
-    """The child side of ``portable``: a new object on every call."""
-    return load(sent) if isinstance(sent, str) else pickle.loads(sent)
+def unpack(sent: Any) -> Any:
+    """The child side of ``portable``: the object (a new one on every call when pickled by value).
+    Anything but a string or bytes is the object itself (``isolate=False``: it never left)."""
+    if isinstance(sent, str):
+        return load(sent)
+    return pickle.loads(sent) if isinstance(sent, bytes) else sent
 
 
 def factory_call(obj: Any) -> str | None:
@@ -142,7 +145,7 @@ def factory_call(obj: Any) -> str | None:
     return "device_dtype" if names[:2] == ["device", "dtype"] else None
 
 
-def build(sent: bytes | str, device: torch.device, dtype: torch.dtype, seed: int) -> Built:
+def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int) -> Built:
     """Rebuild the target from what ``portable`` sent, on ``device`` (a new instance for a factory)."""
     obj = unpack(sent)
     call = factory_call(obj)
