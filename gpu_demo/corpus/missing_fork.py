@@ -27,7 +27,7 @@ class Layer(torch.nn.Module):
         x = F.rms_norm(h, (HIDDEN,))
         if self.alt is not None and torch.cuda.is_current_stream_capturing():
             main = torch.cuda.current_stream()
-            with torch.cuda.stream(self.alt):  # no self.alt.wait_stream(main) before this
+            with torch.cuda.stream(self.alt):  # BUG: alt never waited for main (no fork)
                 shared = x @ self.w_shared
             routed = x @ self.w_routed
             main.wait_stream(self.alt)

@@ -29,7 +29,7 @@ class Layer(torch.nn.Module):
             self.alt.wait_stream(main)
             with torch.cuda.stream(self.alt):
                 shared = x @ self.w_shared
-            routed = x @ self.w_routed  # and no main.wait_stream(self.alt) after the branches
+            routed = x @ self.w_routed  # BUG: main never waits for alt (no join)
         else:
             shared = x @ self.w_shared
             routed = x @ self.w_routed
