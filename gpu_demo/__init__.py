@@ -2,8 +2,8 @@
 
 The public surface is small:
 
-``assert_capture_safe(fn, *example_inputs)``
-    a test-suite guard (``gpu_demo.guard``)
+``assert_capture_safe(fn, *example_inputs)``, ``check_capture(...)``
+    a test-suite guard: recording, checker and differential replay (``gpu_demo.guard``)
 ``label(tensor, name)``
     name a tensor in recorded traces (``gpu_demo.annotate``)
 
@@ -11,6 +11,6 @@ and the CLI, ``python -m gpu_demo run | bench | decode | record | fidelity``.
 """
 
 from .annotate import label
-from .guard import assert_capture_safe
+from .guard import assert_capture_safe, check_capture
 
-__all__ = ["assert_capture_safe", "label"]
+__all__ = ["assert_capture_safe", "check_capture", "label"]

@@ -412,3 +412,24 @@ def test_an_eager_reference_sharing_the_static_buffer_cannot_repair_the_replay()
     report = check_capture(one_layer, torch.randn(16, 512, dtype=torch.bfloat16))
     assert "itself, run eagerly before" in report.replay.reference
     assert report.verdict == "silent_wrong", report.format()
+
+
+# -- the GPU lab ------------------------------------------------------------------------------
+
+def test_the_lab_layer_builds_and_runs_eagerly_and_its_todo_says_what_to_do():
+    from gpu_demo.lab import my_layer
+
+    layer, (h,) = my_layer.make(torch.device("cpu"), torch.float32)
+    assert layer(h.clone()).shape == h.shape
+    with pytest.raises(NotImplementedError, match="python -m gpu_demo check gpu_demo.lab.my_layer:make"):
+        layer.forward_dual_stream(h)
+
+
+def test_the_lab_solution_passes_strictly_and_the_student_file_is_reported_honestly():
+    solution = check_capture("gpu_demo.lab.my_layer_solution:make", strict=True)
+    assert solution.passed, solution.format()
+    if torch.cuda.is_available():
+        assert solution.verdict == "correct"
+        assert check_capture("gpu_demo.lab.my_layer:make").verdict == "capture_error:NotImplementedError"
+    else:
+        assert "dry run" in check_capture("gpu_demo.lab.my_layer:make").format()
