@@ -150,6 +150,9 @@ def check_capture(
     ``inputs``    example tensors: their shapes and dtypes are the captured static inputs
     ``reference`` computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.diffreplay``)
     ``dtype``     for factories (default: the first floating input's, else bfloat16)
+
+    With CUDA, everything runs on the GPU: the inputs are moved there and factories build
+    there; an ``nn.Module`` instance passed as ``fn`` must already be there.
     """
     if not all(isinstance(t, torch.Tensor) for t in inputs):
         raise TypeError("check_capture(fn, *inputs): the inputs must be tensors (or none, when fn is a "

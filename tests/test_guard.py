@@ -28,6 +28,8 @@ from simlib.spec import MoEConfig
 
 SMALL = MoEConfig(tokens=4, hidden=32, intermediate=64, experts=4)
 CPU32 = RunSettings(device="cpu", dtype="float32")
+# The small MoE targets below are built on the CPU: on a GPU machine the guard moves the inputs to
+# the GPU, so the tests that use them describe the machine without CUDA.
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="tests the machine without CUDA")
 
 
@@ -277,6 +279,7 @@ def test_the_dry_run_passes_the_fix_and_reports_a_failed_capture():
     assert report.verdict == "capture_error:shape_mismatch" and not report.passed
 
 
+@no_cuda
 def test_assert_capture_safe_raises_with_the_report_and_returns_it_when_safe():
     with pytest.raises(CaptureNotSafe) as failed:
         assert_capture_safe(incident_moe, torch.randn(4, 32))
@@ -285,6 +288,7 @@ def test_assert_capture_safe_raises_with_the_report_and_returns_it_when_safe():
     assert assert_capture_safe(fixed_moe, torch.randn(4, 32)).passed
 
 
+@no_cuda
 def test_a_module_instance_travels_by_value():
     model = MoEStack(SMALL.with_(order="routed_first"), CPU32)
     assert "host_mutation" in check_capture(model, torch.randn(4, 32)).codes
