@@ -4,10 +4,12 @@ The checker reads a recording and *explains*; a replay *proves*. This module
 does both halves that need the device, in one process (a child of the guard's,
 see ``gpu_demo.child``):
 
-1. draw ``replays`` fresh random inputs shaped like the example inputs
+1. build the function and run it once eagerly on its example inputs: if that
+   fails there is nothing to check (``EagerFailure``, a problem, not a hazard);
+2. draw ``replays`` fresh random inputs shaped like the example inputs
    (floating: standard normal; integer: uniform between the example's min and
    max, so indices stay valid);
-2. run the **reference** eagerly on clones of each fresh input, *before*
+3. run the **reference** eagerly on clones of each fresh input, *before*
    anything is captured, and keep the outputs. The reference is a separate
    build: a factory is built again under the same seed (its own instance, its
    own static buffers); a plain function is the same function, and running it
@@ -16,11 +18,10 @@ see ``gpu_demo.child``):
    state, so the reference cannot repair a replay (the stale-buffer trap of
    DESIGN.md) nor spoil it. A function whose eager result depends on state a
    previous call left behind cannot be checked this way: pass a factory;
-0. run the function once eagerly on its example inputs: if that fails, there
-   is nothing to check (``EagerFailure``, reported as a problem, not a hazard);
-3. record a warm-up and a capture of a fresh build with ``gpu_demo.recorder``
-   (no replay, so the recording cannot fault) and hand the trace back at once;
-4. build once more, warm up, capture with ``torch.cuda.graph``, and for each
+4. record a warm-up and a capture of the build of step 1 with
+   ``gpu_demo.recorder`` (no replay, so the recording cannot fault) and hand
+   the trace back at once (a checkpoint: it survives a crash in step 5);
+5. build once more, warm up, capture with ``torch.cuda.graph``, and for each
    fresh input: copy it into the captured input buffers, replay, synchronise,
    compare every output tensor with the reference's by relative L2 error in
    float32 (``tolerance_for`` the output's dtype).
@@ -28,7 +29,7 @@ see ``gpu_demo.child``):
 Outcomes are ``simlib.glossary`` words: ``correct``, ``silent_wrong`` (an error
 above tolerance), ``illegal_address`` (a replay faulted; the context is lost,
 so nothing runs after it), ``capture_error:<name>``. On a machine without CUDA
-only step 3 runs, as the recorder's dry run.
+only steps 1 and 4 run, step 4 as the recorder's dry run.
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]
 
 def _references(subject: Subject, examples: Sequence[torch.Tensor],
                 device: torch.device) -> tuple[list[list[torch.Tensor]], list[list[torch.Tensor]], str]:
-    """Steps 1 and 2 of the module docstring: fresh inputs and the reference's outputs on them."""
+    """Steps 2 and 3 of the module docstring: fresh inputs and the reference's outputs on them."""
     built = subject.build(device, reference=True)
     generator = torch.Generator().manual_seed(subject.seed + 1)
     fresh = [[fresh_like(t, generator, device) for t in examples] for _ in range(subject.replays)]
