@@ -1,8 +1,10 @@
 """Differential replay: capture a function, replay it on fresh inputs, compare with eager.
 
 The checker reads a recording and *explains*; a replay *proves*. This module
-does both halves that need the device, in one process (a child of the guard's,
-see ``gpu_demo.child``):
+does the halves that need the device, in two processes the guard starts (see
+``gpu_demo.child``): ``record_in_child`` (steps 1 and 4), then
+``replay_in_child`` (2, 3 and 5), so that a replay that faults cannot cost the
+recording, and nothing the recorder hooks into can touch the replay:
 
 1. build the function and run it once eagerly on its example inputs: if that
    fails there is nothing to check (``EagerFailure``, a problem, not a hazard);
@@ -19,9 +21,8 @@ see ``gpu_demo.child``):
    DESIGN.md) nor spoil it. A function whose eager result depends on state a
    previous call left behind cannot be checked this way: pass a factory;
 4. record a warm-up and a capture of the build of step 1 with
-   ``gpu_demo.recorder`` (no replay, so the recording cannot fault) and hand
-   the trace back at once (a checkpoint: it survives a crash in step 5);
-5. build once more, warm up, capture with ``torch.cuda.graph``, and for each
+   ``gpu_demo.recorder`` (no replay, so the recording cannot fault);
+5. build the function again (the captured instance), warm up, capture with ``torch.cuda.graph``, and for each
    fresh input: copy it into the captured input buffers, replay, synchronise,
    compare every output tensor with the reference's by relative L2 error in
    float32 (``tolerance_for`` the output's dtype).
@@ -181,13 +182,12 @@ class Subject:
         return [t.detach().to(device).clone() for t in examples]
 
 
-def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """The guard's work on the device side (``gpu_demo.child`` entry; also run in-process)."""
+def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Steps 1 and 4: the eager check and the recording (``gpu_demo.child`` entry; also run in-process)."""
     from .recorder import record_capture
 
     subject: Subject = payload["subject"]
-    on_gpu = torch.cuda.is_available()
-    device = torch.device("cuda" if on_gpu else "cpu")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with torch.no_grad():
         built = subject.build(device)
         inputs = subject.example_inputs(built, device)
@@ -196,15 +196,21 @@ def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]
         except Exception as exc:
             raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
                                "(are the example inputs' shapes and dtypes right?)") from exc
-        wanted, fresh, reference = _references(subject, inputs, device) if on_gpu else ([], [], "")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})
-        checkpoint({"mode": "cuda" if on_gpu else "dry_run", "trace": trace.to_json()})
-        if not on_gpu:
-            return {"replay": ReplayEvidence(False, reason=NO_CUDA).to_dict()}
-        del built, inputs
+    return {"mode": "cuda" if device.type == "cuda" else "dry_run", "trace": trace.to_json()}
+
+
+def replay_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Steps 2, 3 and 5: references, capture and replays (``gpu_demo.child`` entry; needs CUDA to replay)."""
+    if not torch.cuda.is_available():
+        return {"replay": ReplayEvidence(False, reason=NO_CUDA).to_dict()}
+    subject: Subject = payload["subject"]
+    device = torch.device("cuda")
+    with torch.no_grad():
         built = subject.build(device)
-        evidence = replay_and_compare(built.fn, subject.example_inputs(built, device), fresh,
-                                      lambda i: wanted[i], reference)
+        inputs = subject.example_inputs(built, device)
+        wanted, fresh, reference = _references(subject, inputs, device)
+        evidence = replay_and_compare(built.fn, inputs, fresh, lambda i: wanted[i], reference)
     return {"replay": evidence.to_dict()}
 
 

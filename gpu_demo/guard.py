@@ -17,7 +17,7 @@
   replays it on fresh random inputs and compares every replay with an eager
   reference. A fault, a capture error or a mismatch fails.
 
-Both run in a child process (``gpu_demo.child``), so a replay that faults
+Each runs in a child process (``gpu_demo.child``), so a replay that faults
 (``cudaErrorIllegalAddress`` loses the CUDA context) cannot kill the caller;
 how ``fn`` reaches the child and which callables count as factories is in
 ``gpu_demo.target``. ``isolate=False`` runs everything in this process instead
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from simlib.checker import ERROR, Finding, check, format_report
@@ -44,7 +44,7 @@ from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, UNORDERED, words
 from simlib.trace import Trace
 
 from .child import run_in_child
-from .diffreplay import ReplayEvidence, Subject, check_in_child, describe
+from .diffreplay import ReplayEvidence, Subject, describe, record_in_child, replay_in_child
 from .target import Target, TargetError, factory_call, name_of, portable, resolve
 
 RACE_CODES = frozenset({"cross_stream_race", "reuse_after_free"})
@@ -172,10 +172,14 @@ def check_capture(
         reference=None if reference is None else (portable(reference) if isolate else resolve(reference)),
         reference_name=None if reference is None else name_of(reference),
     )
-    if isolate and torch.cuda.is_available():
-        raw = run_in_child("gpu_demo.diffreplay:check_in_child", {"subject": subject}, timeout)
-    else:
-        raw = _in_process(subject)
+    raw: dict[str, Any] = {}
+    for step in (record_in_child, replay_in_child):
+        if isolate and torch.cuda.is_available():
+            raw.update(run_in_child(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout))
+        else:
+            raw.update(_in_process(step, subject))
+        if "child_error" in raw:
+            break
     return _report(subject.name, raw, strict)
 
 
@@ -188,10 +192,10 @@ def assert_capture_safe(fn: Target, *inputs: torch.Tensor, **options: Any) -> Gu
     return report
 
 
-def _in_process(subject: Subject) -> dict[str, Any]:
+def _in_process(step: Callable[..., dict[str, Any]], subject: Subject) -> dict[str, Any]:
     known: dict[str, Any] = {}
     try:
-        known.update(check_in_child({"subject": subject}, known.update))
+        known.update(step({"subject": subject}, known.update))
     except Exception as exc:  # the function failed: a result to report, like the child's
         known["child_error"] = {"message": f"{type(exc).__name__}: {exc}".splitlines()[0], "detail": ""}
     return known
