@@ -267,7 +267,7 @@ _OUTCOME_WORDS = {"correct": "correct", "silent_wrong": "WRONG", "illegal_addres
 
 def _verdict_short(config: MoEConfig) -> str:
     found = findings(config)
-    if not found and scenario(config).graph is None:
+    if scenario(config).graph is None and all(f.rule == 0 for f in found):   # rule 0: capture failed
         return "no graph"
     errors = sorted({f.rule for f in found if f.severity == checker.ERROR})
     warnings = sorted({f.rule for f in found if f.severity == checker.WARNING})
