@@ -20,7 +20,6 @@ the last one stops; in between they forward to every recorder inside
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -169,11 +168,11 @@ def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
     targets = [(graph, "capture_begin", _capture_begin), (graph, "capture_end", _capture_end),
                (graph, "replay", _replay), (torch.cuda.graphs.graph, "__exit__", _graph_exit),
                (torch.UntypedStorage, "resize_", _storage_resize)]
-    if importlib.util.find_spec("triton") is not None:
+    try:
         from triton.runtime.jit import JITFunction
-
-        targets.append((JITFunction, "run", _triton_run))
-    return targets
+    except ImportError:  # no Triton (a CPU install): nothing launches through it
+        return targets
+    return [*targets, (JITFunction, "run", _triton_run)]
 
 
 _installed: list[_Patch] = []

@@ -1,6 +1,7 @@
 """Ground truth for the recorder: three plain-PyTorch programs captured on a GPU.
 
     python -m gpu_demo.probe_recorder [--out DIR] [--tokens N] [--hidden N] [--replays N]
+    CAPTURE_ORDER_CHECK=1 python -m gpu_demo.autocheck -m gpu_demo.probe_recorder --plain
 
 The programs use only ``torch.cuda.Stream``, ``wait_stream``,
 ``torch.cuda.stream``, ``torch.cuda.graph``, ``set_`` and a Triton kernel,
@@ -9,6 +10,8 @@ each the probe prints what the recorder saw (records by kind, then every
 record of the captured graph: launches with stream and deps, events,
 allocations and frees, the ``set_``, host reads) and the checker's report;
 with ``--out`` it writes each trace as ``trace-<program>.json`` there.
+``--plain`` runs the same programs unrecorded, for the whole-process check
+(``gpu_demo.autocheck``) to find the same hazards in an unmodified program.
 
 ``routed_first_static_buffer``  the incident: the routed branch disposes ``x``
     (``set_``) before the shared branch, which guards on ``x.shape[0]`` and so
@@ -97,25 +100,32 @@ PROGRAMS = (
 )
 
 
-def probe(program: Program, tokens: int, hidden: int, replays: int) -> tuple[Trace, str, list[float]]:
-    """Warm up, capture and (if safe to) replay ``program``; its trace, report and replay errors."""
+def run_program(program: Program, tokens: int, hidden: int, replays: int) -> list[float]:
+    """Warm up, capture and (if safe to) replay ``program``; each replay's relative error."""
     layer = PlainLayer(tokens, hidden, order=program.order, shared=program.shared)
     reference = PlainLayer(tokens, hidden, order=program.order, shared="static_buffer")
     residual = torch.randn(tokens, hidden, device="cuda")
     errors: list[float] = []
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore", CaptureHazardWarning)   # the reports are printed below
+    with torch.no_grad():
+        graphs.warm_up(lambda: layer(residual))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = layer(residual)
+        for _ in range(replays if program.replay else 0):
+            fresh = torch.randn_like(residual)
+            residual.copy_(fresh)
+            graph.replay()
+            torch.cuda.synchronize()
+            errors.append(relative_error(out, reference(fresh)))
+    return errors
+
+
+def probe(program: Program, tokens: int, hidden: int, replays: int) -> tuple[Trace, str, list[float]]:
+    """``run_program`` inside ``capture_checked``: the trace, the checker's report, the errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureHazardWarning)   # the reports are printed instead
         with capture_checked(on_hazard="warn", meta={"program": program.name}) as checked:
-            graphs.warm_up(lambda: layer(residual))
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = layer(residual)
-            for _ in range(replays if program.replay else 0):
-                fresh = torch.randn_like(residual)
-                residual.copy_(fresh)
-                graph.replay()
-                torch.cuda.synchronize()
-                errors.append(relative_error(out, reference(fresh)))
+            errors = run_program(program, tokens, hidden, replays)
     return checked.trace, "\n\n".join(r.text for r in checked.reports), errors
 
 
@@ -155,12 +165,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--replays", type=int, default=3)
     parser.add_argument("--out", type=Path, help="write each trace here as trace-<program>.json")
+    parser.add_argument("--plain", action="store_true",
+                        help="run the programs without recording them (for CAPTURE_ORDER_CHECK to check)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_demo.probe_recorder: needs a CUDA GPU and none is visible", file=sys.stderr)
         return 2
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}")
     for program in PROGRAMS:
+        if args.plain:
+            errors = run_program(program, args.tokens, args.hidden, args.replays)
+            print(f"{program.name}: replay relative errors " + (", ".join(f"{e:.3g}" for e in errors) or "-"))
+            continue
         trace, report, errors = probe(program, args.tokens, args.hidden, args.replays)
         print(f"\n=== {program.name}\n{describe(trace)}")
         print("replay relative errors: " + (", ".join(f"{e:.3g}" for e in errors) or "not replayed"))

@@ -54,7 +54,7 @@ def test_a_hazard_raises_with_the_report_when_the_block_exits(streams, fake_grap
     assert after_capture == [True]
     assert "capture of graph 0" in str(err.value) and "host_mutation" in str(err.value)
     (report,) = checked.reports
-    assert {f.code for f in report.findings} == {"host_mutation", "empty_argument"} and report.fails(strict=False)
+    assert {"host_mutation", "empty_argument"} <= {f.code for f in report.findings} and report.fails(strict=False)
 
 
 def test_warn_mode_warns_at_the_capture_end_and_does_not_raise(streams, fake_graph_methods):
@@ -164,10 +164,12 @@ def test_a_bad_value_leaves_checking_off_and_says_why(site_dir, tmp_path):
     assert "capture-order check is off: CAPTURE_ORDER_CHECK='yes' is not one of" in done.stderr
 
 
-@pytest.mark.parametrize("flags, exit_code", [([], 0), (["--strict"], 1)])
+@pytest.mark.parametrize("flags, exit_code", [
+    (["program.py"], 0), (["--strict", "program.py"], 1), (["-m", "program"], 0),
+])
 def test_the_module_runs_a_script_with_its_arguments_under_the_check(flags, exit_code, tmp_path):
     (tmp_path / "program.py").write_text(PROGRAM)
-    done = _run(["-m", "gpu_demo.autocheck", *flags, "program.py", "--tokens", "4"], None, tmp_path)
+    done = _run(["-m", "gpu_demo.autocheck", *flags, "--tokens", "4"], None, tmp_path)
     assert done.returncode == exit_code, done.stderr
     assert "argv ['--tokens', '4'] checking True" in done.stdout
     assert ("CaptureHazardWarning" in done.stderr) is (exit_code == 0)
