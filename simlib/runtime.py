@@ -824,14 +824,17 @@ def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
     """
     if type(a) is TensorHandle or isinstance(a, TensorHandle):
         held = a.storage.nbytes
-        if a.numel and not held:
-            raise StorageNotAllocated(
-                f"{a.label!r} has {a.numel} elements (shape {list(a.shape)}) but its storage was "
-                "freed (untyped_storage().resize_(0)): the tensor has a non-zero number of "
-                "elements, but its data is not allocated yet. Re-allocate it (resize_ the "
-                "storage back) before this op, or free it only after its last use.")
-        return Arg(name, a.id, a.label, a.ptr, a.numel, a.shape, a.numel * a.itemsize, access,
-                   held - a.offset * a.itemsize if held else 0)
+        if not held:
+            if a.numel:
+                raise StorageNotAllocated(
+                    f"{a.label!r} has {a.numel} elements (shape {list(a._shape)}) but its storage "
+                    "was freed (untyped_storage().resize_(0)): the tensor has a non-zero number of "
+                    "elements, but its data is not allocated yet. Re-allocate it (resize_ the "
+                    "storage back) before this op, or free it only after its last use.")
+            return Arg(name, a.id, a.label, 0, 0, a._shape, 0, access, 0)
+        itemsize = a.itemsize
+        return Arg(name, a.id, a.label, a.storage.ptr + a.offset * itemsize, a.numel, a._shape,
+                   a.numel * itemsize, access, held - a.offset * itemsize)
     if isinstance(a, RawArg):
         t = a.tensor
         held = t.storage.nbytes
