@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from simlib.spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS, ROUTED_STREAMS,
-                         SHARED_MODES, MoEConfig)
+from simlib.graph import CAPTURE_MODES
+from simlib.spec import (CAPTURE_FAULTS, DISPOSE_KINDS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS,
+                         ROUTED_STREAMS, SHARED_MODES, MoEConfig)
 
 from . import check_cli
 from .settings import DTYPES, RunSettings
@@ -100,6 +101,14 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--routed-stream", choices=ROUTED_STREAMS, default=d.routed_stream,
                         help="stream of the routed experts under capture (the shared expert takes the other)")
     parser.add_argument("--pdl", action="store_true", help="residual add as a PDL-launched Triton kernel")
+    parser.add_argument("--dispose-kind", choices=DISPOSE_KINDS, default=d.dispose_kind,
+                        help="how dispose_tensor frees x: set_ to an empty or a 0-dim tensor, or free the storage")
+    parser.add_argument("--capture-mode", choices=CAPTURE_MODES, default=d.capture_mode,
+                        help="torch.cuda.graph's capture_error_mode")
+    parser.add_argument("--alt-delay-us", type=float, default=d.alt_delay_us, metavar="US",
+                        help="under capture, a torch.cuda._sleep of this many microseconds heads the alt branch")
+    parser.add_argument("--record-stream", action="store_true",
+                        help="under capture, x.record_stream(alt) before the branches")
     for name in _SIZE_FIELDS:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name), metavar="N")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
@@ -110,7 +119,8 @@ def _config(args: argparse.Namespace) -> MoEConfig:
     return MoEConfig(
         order=args.order, shared_mode=args.shared_mode, dispose=args.dispose, clone=args.clone,
         inputs=args.inputs, capture_fault=args.capture_fault, pdl=args.pdl, routed_stream=args.routed_stream,
-        **{name: getattr(args, name) for name in _SIZE_FIELDS},
+        dispose_kind=args.dispose_kind, capture_mode=args.capture_mode, alt_delay_us=args.alt_delay_us,
+        record_stream=args.record_stream, **{name: getattr(args, name) for name in _SIZE_FIELDS},
     )
 
 
