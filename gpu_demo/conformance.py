@@ -18,7 +18,8 @@ from pathlib import Path
 from simlib import scenarios
 from simlib.checker import check
 from simlib.headline import load_gpu_results
-from simlib.spec import CORRECT, SILENT_WRONG, UNORDERED, MoEConfig
+from simlib.spec import MoEConfig
+from simlib.verdict import agrees, verdict
 
 RESULTS = Path(__file__).resolve().parent / "results" / "matrix-h200.json"
 
@@ -45,17 +46,7 @@ def predict(config: MoEConfig) -> Prediction:
     result = scenarios.run(config)
     findings = check(result.trace)
     rules = tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in findings))
-    outcome = result.outcome
-    severities = {f.severity for f in findings}
-    if outcome in (CORRECT, SILENT_WRONG) and severities == {"warning"}:
-        outcome = UNORDERED
-    return Prediction(outcome, result.outcome, rules)
-
-
-def agrees(predicted: str, observed: str) -> bool:
-    if predicted == UNORDERED:
-        return observed in (CORRECT, SILENT_WRONG)
-    return predicted == observed
+    return Prediction(verdict(result.outcome, findings), result.outcome, rules)
 
 
 def rows(path: Path = RESULTS) -> list[Row]:
