@@ -279,13 +279,9 @@ class Panel:
 
     def title(self, text: str) -> None:
         self.labels([Label(0.0, 1.0 + 6 / (self.rect[3] * self.fig.get_figheight() * 72),
-                           self.wrap(text), 10, weight="bold", ha="left",
-                           va="bottom")], gid="panel-title", anchors=self.frac)
-
-    def wrap(self, text: str) -> str:
-        """``text`` wrapped to the panel's width at the panel title's size."""
-        return textwrap.fill(text, int(self.rect[2] * self.fig.get_figwidth() * 72 / (10 * 0.62)),
-                             break_on_hyphens=False)
+                           _wrap(text, self.rect[2] * self.fig.get_figwidth() * 72, _PANEL_PT),
+                           _PANEL_PT, weight="bold", ha="left", va="bottom")],
+                    gid="panel-title", anchors=self.frac)
 
     def time_axis(self, lo: float, hi: float, caption: str) -> None:
         """Grid lines and tick labels for a time axis along the bottom."""
@@ -361,6 +357,7 @@ def _legend(fig: Figure, keys: Sequence[Key], x: float, y: float, *,
 
 
 _TITLE_PT = 11.0
+_PANEL_PT = 10.0
 
 
 def _wrap(text: str, width_pt: float, size: float) -> str:
@@ -484,7 +481,7 @@ def _launches(n: int) -> str:
 
 
 def _race_words(found: Sequence[Finding]) -> str:
-    rules = ", ".join(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in found))
+    rules = "; ".join(dict.fromkeys(f"rule {f.rule}, {f.code}" for f in found))
     return f"{badge(UNORDERED)} the hardware has not lost yet (checker: {rules})"
 
 
@@ -1091,7 +1088,7 @@ def _graph_panel(fig: Figure, rect: tuple[float, float, float, float], layout: _
 
 def _draw_graph(p: Panel, layout: _Layout) -> set[str]:
     """Draw the nodes and edges; return what was drawn (for the legend)."""
-    top = p.ylim[1]
+    top = p.ylim[1] - 8 / p.points_per_unit()[1]       # a gap under the panel's title
     p.labels([Label(c, top, f"stream {s}", 10, weight="bold", va="top")
               for c, s in enumerate(layout.streams)], gid="graph-streams")
     if not layout.nodes:
@@ -1211,19 +1208,19 @@ def side_by_side(result_a: "ScenarioResult", result_b: "ScenarioResult", *,
     width = max(13.0, column_pt / 72 * sum(widths) + 0.6)
     title = takeaway or _comparison_takeaway(result_a, result_b)
     title_in, banner_in, legend_in = _title_in(title, width) + 0.1, 0.75 + lines * 14 / 72, 0.55
-    panel_title_pt = max(text_height(textwrap.fill(layout.title, int(
-        0.96 * w / sum(widths) * width * 72 / (10 * 0.62))).count("\n") + 1, 10)
-        for layout, w in zip(layouts, widths))
-    graph_in = level_pt / 72 * levels + _STREAMS_IN + (panel_title_pt + 12) / 72
+    spans = [0.96 * w / sum(widths) for w in widths]
+    panel_title_pt = max(text_height(_wrap(layout.title, (span - 0.02) * width * 72, _PANEL_PT)
+                                     .count("\n") + 1, _PANEL_PT) + 20
+                         for layout, span in zip(layouts, spans))
+    graph_in = level_pt / 72 * levels + _STREAMS_IN + panel_title_pt / 72
     height = title_in + banner_in + graph_in + legend_in
     fig = _figure(fig, (width, height))
     left = 0.02
     drawn: set[str] = set()
-    for result, banner, layout, w in zip(results, banners, layouts, widths):
-        span = 0.96 * w / sum(widths)
+    for result, banner, layout, span in zip(results, banners, layouts, spans):
         _draw_banner(fig, result.config.name, banner, left + span / 2, 1 - title_in / height)
         rect = (left + 0.01, legend_in / height, span - 0.02,
-                (graph_in - (panel_title_pt + 12) / 72) / height)
+                (graph_in - panel_title_pt / 72) / height)
         p = _graph_panel(fig, rect, layout, level_pt)
         drawn |= _draw_graph(p, layout)
         p.title(layout.title)

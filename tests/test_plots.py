@@ -161,7 +161,7 @@ def test_timeline_title_states_what_the_dispose_did(routed, shared):
         f"x.set_(empty) at host step {step} came before 3 launches (shared)")
     said = title(plots.timeline(shared.trace))
     assert "came after every launch that reads it, but it freed x's block" in said
-    assert "unordered: a race the hardware has not lost yet (checker: rule 4" in said
+    assert "unordered: a race the hardware has not lost yet (checker: rule 4, reuse_after_free)" in said
 
 
 def test_replay_timelines_are_titled_by_how_their_replay_spends_its_time():
