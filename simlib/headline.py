@@ -144,11 +144,13 @@ def _expressions(judged: Judged) -> list[str]:
 def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
     from . import plots   # here, not at the top: importing simlib must not import matplotlib
+    from .explorer import small_png
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     judged = [judge(HEADLINE.with_(order=order)) for order in ORDERS]
-    plots.side_by_side(*(j.result for j in judged)).savefig(out_dir / "headline.png", dpi=110)
+    (out_dir / "headline.png").write_bytes(small_png(plots.side_by_side(*(j.result for j in judged)),
+                                                     dpi=110))
 
     gpu = load_gpu_results(gpu_results)
     rows = design_rows(gpu)
