@@ -14,7 +14,7 @@ Prediction and GPU **agree when the outcome the GPU showed is in the set**:
 a race agrees with "correct" only if some schedule is right, and with
 "silently wrong" only if some schedule is wrong.
 
-Schedules are explored over at most ``EXPLORED_REPLAYS`` replays: a schedule
+Schedules are explored over at most ``simlib.verdict.EXPLORED_REPLAYS`` replays: a schedule
 repeats on every replay, and from the second replay on memory holds what the
 previous one left, so later replays add nothing new.
 """
@@ -24,19 +24,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Collection
 
-from simlib import scenarios, schedules
 from simlib.checker import check
 from simlib.glossary import UNORDERED
 from simlib.headline import load_gpu_results
-from simlib.profiles import H200
 from simlib.spec import CORRECT, SILENT_WRONG, MoEConfig
+from simlib.verdict import agrees, possible_outcomes
 
 from .harness import count_wrong
 
 RESULTS = Path(__file__).resolve().parent / "results" / "matrix-h200.json"
-EXPLORED_REPLAYS = 3
 
 
 @dataclass(frozen=True)
@@ -63,17 +60,12 @@ class Row:
 
 def predict(config: MoEConfig) -> Prediction:
     """Every outcome the simulated scenario's schedules produce, with the checker's findings."""
-    explored = config.with_(replays=min(config.replays, EXPLORED_REPLAYS))
-    exploration = schedules.explore(lambda rt: scenarios.play(rt, explored).outcome, H200)
+    exploration = possible_outcomes(config)
     findings = check(exploration.default.trace)
     rules = tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in findings))
     return Prediction(exploration.outcomes, exploration.default.outcome, rules,
                       exploration.describe())
 
-
-def agrees(predicted: Collection[str], observed: str) -> bool:
-    """The GPU's outcome is one the simulated schedules can produce."""
-    return observed in predicted
 
 
 def rows(path: Path = RESULTS) -> list[Row]:
