@@ -233,13 +233,22 @@ def fidelity_report() -> str:
             + prediction.format_table(prediction.predictions()))
 
 
+def _errors_cell(errors: list[float | None], tolerance: float, shown: int = 4) -> str:
+    """The first few replay errors, and for a long run how many replays were wrong."""
+    from .harness import count_wrong
+
+    cell = " ".join("fault" if e is None else f"{e:.3g}" for e in errors[:shown])
+    if len(errors) > shown:
+        cell += f" ... ({count_wrong(errors, tolerance)} of {len(errors)} wrong)"
+    return cell
+
+
 def _run(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
     from .harness import run_many
 
     configs = list(MATRIX) if args.matrix else [config]
     results = run_many(configs, settings, jobs=args.jobs, timeout=args.timeout)
-    rows = [[r.name, r.outcome, " ".join("fault" if e is None else f"{e:.3g}" for e in r.errors), r.message or ""]
-            for r in results]
+    rows = [[r.name, r.outcome, _errors_cell(r.errors, settings.tolerance), r.message or ""] for r in results]
     print(format_table(["config", "outcome", "error per replay", "first error"], rows))
     out = args.out or (_default_path("matrix") if args.matrix else None)
     if out:

@@ -89,3 +89,10 @@ def test_a_closed_pipe_ends_the_output_quietly():
     err = child.stderr.read().decode()
     assert child.wait(timeout=300) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_long_run_shows_a_few_errors_and_how_many_replays_were_wrong():
+    from gpu_demo.cli import _errors_cell
+
+    assert _errors_cell([0.0, 0.0, 0.0], 1e-2) == "0 0 0"
+    assert _errors_cell([0.0] * 150 + [0.5, float("nan")] + [None], 1e-2) == "0 0 0 0 ... (3 of 153 wrong)"
