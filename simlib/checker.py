@@ -73,7 +73,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Generic, Iterable, Iterator, TypeVar
 
-from .glossary import GRAPH_HOLDS, NO_NODE, NULL_POINTER_NODE, SHAPE_ERROR, capture_error, term
+from .glossary import GRAPH_HOLDS, HOST_BRANCH, NO_NODE, NULL_POINTER_NODE, SHAPE_ERROR, capture_error, term
 from .trace import (Alloc, Arg, Capture, DataPtr, Free, GraphId, HostRead, Launch, Mutation, Record,
                     Replay, SkippedLaunch, TensorId, Trace, View)
 
@@ -839,10 +839,8 @@ def _holds(record: Record, arg: Arg | None) -> str:
     if kind is SkippedLaunch:
         return GRAPH_HOLDS[NO_NODE]
     if kind is HostRead:
-        emptied = "emptied" if 0 in record.shape else "changed"
-        return (f"only what host code issued after branching on the {emptied} shape "
-                f"{_shape(record.shape)}: no node uses the data, and an op that code skipped has "
-                f"no node at all")
+        seen = f"{'emptied' if 0 in record.shape else 'changed'} shape {_shape(record.shape)}"
+        return GRAPH_HOLDS[HOST_BRANCH].replace("emptied shape", seen)
     if kind is View:
         return (f"nothing yet: the view carries {hex(record.ptr)} ({record.numel} elements) to "
                 f"whatever uses it next")
