@@ -86,9 +86,11 @@ def test_costs_are_medians_per_kind_scaled_to_the_unprofiled_forward():
     assert costs["forwards_used"] == 2 and costs["profiled_forward_us"] == 200 and costs["profiler_scale"] == 0.5
     assert costs["ops_per_forward"] == 3 and costs["launches_per_forward"] == 2
     elementwise = costs["kinds"]["elementwise"]
-    # dispatch = op minus its launch calls: 16, 24, 32, 6 -> median 20, scaled by 0.5
-    assert elementwise == {"ops": 2, "launches": 2, "dispatch_us": 10.0, "aten_ops": ["aten::add", "aten::mul"]}
-    assert costs["kinds"]["view"]["dispatch_us"] == 3.0 and costs["launch_us"] == 0.5 * 5
+    # dispatch = op minus its launch calls; median per op over the forwards (add: 16, 32 -> 24;
+    # mul: 24, 6 -> 15), mean over the kind's ops (19.5), scaled by 0.5
+    assert elementwise == {"ops": 2, "launches": 2, "dispatch_us": 9.75, "aten_ops": ["aten::add", "aten::mul"]}
+    assert costs["kinds"]["view"]["dispatch_us"] == 3.0
+    assert costs["launch_us"] == 0.5 * (6 + 5) / 2       # launch calls per op: add 4, 8 -> 6; mul 6, 4 -> 5
     python = costs["python"]
     assert python["per_op_us"] == 0.5 * 10
     assert python["outside_ops_us"] == 0.5 * (200 - 56)
@@ -126,7 +128,12 @@ def test_the_real_module_profiled_on_the_cpu():
     assert {o["role"] for o in costs["ops"]} == {"norm", "shared_expert", "gate", "topk", "permute",
                                                  "routed_experts", "combine", "merge"}
     assert costs["launches_per_forward"] == 0 and costs["eager_latency"] is None   # a CPU launches no kernels
+    assert costs["eager_host_us"]["samples"] == costs["eager_host_synced_us"]["samples"] == 5
+    # The kinds' costs add up to the profiled forward they came from, scaled.
+    ops = sum(k["ops"] * k["dispatch_us"] for k in costs["kinds"].values())
+    scaled = costs["profiler_scale"] * sum(o["profiled_dispatch_us"] for o in costs["ops"])
+    assert ops == pytest.approx(scaled, rel=1e-4)
     assert sum(k["ops"] for k in costs["kinds"].values()) == costs["ops_per_forward"] == len(names)
     python = costs["python"]
     assert python["outside_ops_us"] == pytest.approx(
-        costs["ops_per_forward"] * python["per_op_us"] + 6 * python["per_module_call_us"], abs=0.05)   # each rounded to 1 ns
+        costs["ops_per_forward"] * python["per_op_us"] + 6 * python["per_module_call_us"], rel=1e-4)
