@@ -19,7 +19,8 @@ each; a second, annotated pass (roles, and every module call marked by global
 forward hooks) says which role issued each op and where module calls begin.
 
 The profiler slows the host down, so every cost is scaled by the ratio of
-the forward's unprofiled host time to its profiled host time: one factor for
+the forward's unprofiled host time (issued as ``bench`` issues it, whose
+CUDA events give ``eager_latency``) to its profiled host time: one factor for
 all, taking the profiler's overhead as proportional to the time it watches.
 Raw profiled medians are kept next to the scaled costs (``profiled_*``).
 """

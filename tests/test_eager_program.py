@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,59 @@ def test_bad_costs_are_refused_with_what_is_wrong():
         costs(launch_us=-1.0)
     with pytest.raises(ValueError, match=r"kind\(s\) \['elementwise'\] have no dispatch cost"):
         costs(dispatch_us={"view": 2.0})
+
+
+# -- the committed H200 host costs and the eager prediction made from them ---------------
+
+RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"
+
+
+def recorded(kind: str) -> dict:
+    return json.loads((RESULTS / f"{kind}-h200.json").read_text())
+
+
+def test_the_h200_host_costs_say_where_they_came_from():
+    provenance = recorded("host-costs")["provenance"]
+    assert "H200" in provenance["gpu"] and provenance["driver"] and provenance["torch"]
+    assert provenance["command"] == "python -m gpu_demo bench --host-costs"
+
+
+def test_the_recorded_forward_launches_the_kernels_a_graph_replay_runs():
+    data = recorded("host-costs")
+    program = load(RESULTS / "host-costs-h200.json")
+    assert program.launches == data["launches_per_forward"] == recorded("calibration")["kernels_per_replay"]
+    assert len(program.ops) == data["ops_per_forward"] == sum(k["ops"] for k in data["kinds"].values())
+    assert sum(op.module_calls for op in program.ops) == data["module_calls_per_forward"]
+    assert program.config == MoEConfig.from_dict(recorded("bench")["config"])
+
+
+def eager_row(**paths):
+    from gpu_demo import prediction
+
+    return next(r for r in prediction.predictions(**paths) if r.variant == "eager")
+
+
+def test_eager_time_is_predicted_within_15_percent_of_the_same_runs_measurement():
+    from gpu_demo import prediction
+
+    row = eager_row()
+    assert row.within_target, prediction.format_table([row])
+    assert row.measured_us == recorded("host-costs")["eager_latency"]["median_us"]
+    bench = recorded("bench")["latency"]["eager"]["median_us"]
+    assert f"measured {bench:.1f} µs" in row.note and "host-costs-h200.json" in row.note
+
+
+def test_the_eager_prediction_is_made_from_the_committed_host_costs(tmp_path):
+    data = recorded("host-costs")
+    data["launch_us"] += 1.0
+    slower = tmp_path / "host-costs.json"
+    slower.write_text(json.dumps(data))
+    extra = eager_row(host_costs=slower).predicted_us - eager_row().predicted_us
+    assert extra == pytest.approx(data["launches_per_forward"] * 1.0, abs=0.02)
+
+
+def test_the_table_states_the_graph_speedup_over_eager():
+    from gpu_demo import prediction
+
+    text = prediction.format_table(prediction.predictions())
+    assert "faster than the same forward run eagerly" in text
