@@ -182,7 +182,7 @@ def summarize(profiled: list[Forward], annotated: list[Forward], unprofiled_host
     return {
         "forwards_used": len(used),
         "profiled_forward_us": _us(profiled_us),
-        "profiler_scale": round(scale, 4),
+        "profiler_scale": round(scale, 6),
         "ops_per_forward": n_ops,
         "launches_per_forward": launches,
         "module_calls_per_forward": module_calls,

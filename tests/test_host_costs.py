@@ -129,11 +129,11 @@ def test_the_real_module_profiled_on_the_cpu():
                                                  "routed_experts", "combine", "merge"}
     assert costs["launches_per_forward"] == 0 and costs["eager_latency"] is None   # a CPU launches no kernels
     assert costs["eager_host_us"]["samples"] == costs["eager_host_synced_us"]["samples"] == 5
-    # The kinds' costs add up to the profiled forward they came from, scaled.
-    ops = sum(k["ops"] * k["dispatch_us"] for k in costs["kinds"].values())
-    scaled = costs["profiler_scale"] * sum(o["profiled_dispatch_us"] for o in costs["ops"])
-    assert ops == pytest.approx(scaled, rel=1e-4)
+    # Each kind's costs add up to its ops' profiled times, scaled by the one factor.
+    for kind, k in costs["kinds"].items():
+        profiled = sum(o["profiled_dispatch_us"] for o in costs["ops"] if o["kind"] == kind)
+        assert k["ops"] * k["dispatch_us"] == pytest.approx(costs["profiler_scale"] * profiled, rel=1e-3, abs=0.01)
     assert sum(k["ops"] for k in costs["kinds"].values()) == costs["ops_per_forward"] == len(names)
     python = costs["python"]
     assert python["outside_ops_us"] == pytest.approx(
-        costs["ops_per_forward"] * python["per_op_us"] + 6 * python["per_module_call_us"], rel=1e-4)
+        costs["ops_per_forward"] * python["per_op_us"] + 6 * python["per_module_call_us"], abs=0.03)
