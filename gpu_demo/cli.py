@@ -4,7 +4,8 @@
             ``--matrix`` (every ``simlib.spec.MATRIX`` row), each case in its own
             process; prints a table, writes JSON with provenance
 ``bench``   replay latency, overlap efficiency, the PDL residual add, and the
-            simulator's calibration numbers (two JSON files)
+            simulator's calibration numbers (two JSON files); ``--host-costs``:
+            the host cost of an eager forward per op kind
 ``decode``  greedy decoding through captured layers versus eager: token agreement
 ``record``  record a capture as a simlib trace and print the checker's report
             (``--dry-run``: on the CPU, no GPU needed); exit 1 if it finds a hazard
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="calibration JSON (default: results/calibration-<gpu>.json)")
     bench.add_argument("--pdl-only", action="store_true",
                        help="only the PDL residual add, split into fusion and PDL")
+    bench.add_argument("--host-costs", action="store_true",
+                       help="only the host cost of an eager forward per op kind, from torch.profiler "
+                            "(writes results/host-costs-<gpu>.json, or --out)")
 
     decode = commands.add_parser("decode", help="token agreement of graph-replay decoding with eager")
     _config_flags(decode)
@@ -261,6 +265,13 @@ def _bench(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, a
     from .bench import Bench, run_bench, run_pdl
     from .calibrate import run_calibration
 
+    if args.host_costs:
+        from .host_costs import format_summary, run_host_costs
+
+        costs = run_host_costs(config, settings, timed=args.bench_replays)
+        print(format_table(["kind", "ops", "launches", "host us each"], format_summary(costs)))
+        _write(args.out or _default_path("host-costs"), argv, costs)
+        return 0
     if args.pdl_only:
         bench = Bench(config, settings, args.bench_replays)
         pdl = run_pdl(bench)
