@@ -12,6 +12,8 @@ $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[all]"
+	# An editable install skips the .pth that makes CAPTURE_ORDER_CHECK=1 work in any program.
+	cp capture_order_check.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	rm -f $(VENV)/.installed-* && touch $@
 
 # JUPYTER_ARGS goes to JupyterLab: make tutorial JUPYTER_ARGS="--no-browser --ip=0.0.0.0 --port=8888"

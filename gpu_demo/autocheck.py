@@ -24,9 +24,10 @@ For a whole program, unmodified, in the spirit of ``TORCH_CUDA_SANITIZER=1``::
 ``1`` (or ``warn``) warns at the end of every capture with a finding;
 ``strict`` raises ``AssertionError`` there (after ``torch.cuda.graph`` has
 restored the current stream). The first form works where the package's
-``capture_order_check.pth`` is installed in site-packages (``pip install``,
-editable or not, installs it); ``python -m gpu_demo.autocheck`` works
-everywhere the package imports. Whole-process checking records nothing
+``capture_order_check.pth`` is in site-packages: a normal ``pip install``
+puts it there, and so does ``make`` for its ``.venv``; an editable install
+alone (``pip install -e .``, the conda environment) does not, so there use
+``python -m gpu_demo.autocheck``, which works everywhere the package imports. Whole-process checking records nothing
 outside captures and forgets each capture once checked, so the trace stays
 small in a long run. Like the CUDA sanitizer it sees the thread that started
 it, and it slows every op down.
@@ -149,6 +150,7 @@ def capture_checked(*, strict: bool = False, on_hazard: str = "raise", meta: dic
 # -- whole-process checking ---------------------------------------------------------------
 
 _process: CaptureChecker | None = None
+_env_read = False
 
 
 def process_checker() -> CaptureChecker | None:
@@ -179,7 +181,15 @@ def mode_from(environ: Mapping[str, str]) -> str | None:
 
 
 def check_process_from_env(environ: Mapping[str, str] = os.environ) -> CaptureChecker | None:
-    """Start whole-process checking if ``CAPTURE_ORDER_CHECK`` asks for it (the .pth calls this)."""
+    """Start whole-process checking if ``CAPTURE_ORDER_CHECK`` asks for it (the .pth calls this).
+
+    Python can run the .pth twice (a venv's ``lib64`` links to ``lib``): the second call
+    only returns what the first started.
+    """
+    global _env_read
+    if _env_read:
+        return _process
+    _env_read = True
     try:
         mode = mode_from(environ)
     except ValueError as exc:
