@@ -14,6 +14,7 @@ $(STAMP):
 	$(BIN)/python -m pip install --quiet -e ".[all]"
 	rm -f $(VENV)/.installed-* && touch $@
 
+# JUPYTER_ARGS goes to JupyterLab: make tutorial JUPYTER_ARGS="--no-browser --ip=0.0.0.0 --port=8888"
 tutorial: $(STAMP)  ## open the tutorial in JupyterLab, on the first notebook
 	$(BIN)/jupyter lab notebooks/00-overview.ipynb $(ROOT_FLAG) $(JUPYTER_ARGS)
 

@@ -55,7 +55,7 @@ class Listener(Protocol):
 @dataclass
 class _Marks:
     role: str = ""
-    stream: str = MAIN
+    stream: str | None = None
     why: str = ""
     listener: Listener | None = None
     profile_roles: bool = False
@@ -111,6 +111,12 @@ def current_role() -> str:
 
 
 def current_stream() -> str:
+    """The logical stream marked by ``issuing_on``, else ``main``."""
+    return _marks.stream or MAIN
+
+
+def marked_stream() -> str | None:
+    """The logical stream an enclosing ``issuing_on`` names, or ``None`` if none does."""
     return _marks.stream
 
 

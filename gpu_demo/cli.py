@@ -1,10 +1,11 @@
-"""``python -m gpu_demo run | bench | decode | record | fidelity``: the lab on a real GPU.
+"""The command line of the lab on a real GPU: ``python -m gpu_demo COMMAND``.
 
 ``run``     one configuration (flags mirror ``simlib.spec.MoEConfig``) or
             ``--matrix`` (every ``simlib.spec.MATRIX`` row), each case in its own
             process; prints a table, writes JSON with provenance
 ``bench``   replay latency, overlap efficiency, the PDL residual add, and the
-            simulator's calibration numbers (two JSON files)
+            simulator's calibration numbers (two JSON files); ``--host-costs``:
+            the host cost of an eager forward per op kind
 ``decode``  greedy decoding through captured layers versus eager: token agreement
 ``record``  record a capture as a simlib trace and print the checker's report
             (``--dry-run``: on the CPU, no GPU needed); exit 1 if it finds a hazard
@@ -17,65 +18,107 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from simlib.spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS, ROUTED_STREAMS,
-                         SHARED_MODES, MoEConfig)
+from simlib.graph import CAPTURE_MODES
+from simlib.spec import (CAPTURE_FAULTS, DISPOSE_KINDS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS,
+                         ROUTED_STREAMS, SHARED_MODES, MoEConfig)
 
+from . import check_cli
 from .settings import DTYPES, RunSettings
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _SIZE_FIELDS = ("layers", "tokens", "hidden", "intermediate", "experts", "top_k", "replays")
 
 
+DESCRIPTION = "The capture-order lab on a real GPU: run, bench, decode, record, check, corpus, fidelity."
+_SIZE_HELP = {"layers": "MoE layers in the decode step", "tokens": "tokens in the decode batch",
+              "hidden": "hidden size", "intermediate": "intermediate size of each expert",
+              "experts": "routed experts", "top_k": "routed experts per token",
+              "replays": "graph replays per case"}
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (an option whose default is None says its own)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or "default" in text or action.default is None
+                or action.default is argparse.SUPPRESS):
+            return text
+        shown = ("on" if action.default else "off") if isinstance(action.default, bool) else "%(default)s"
+        return f"{text} (default: {shown})"
+
+
+def _parser(**kwargs: Any) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(formatter_class=_HelpFormatter, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gpu_demo", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,decode,record,fidelity}")
+    parser = _parser(prog="python -m gpu_demo", description=DESCRIPTION,
+                     epilog="Every command but record --dry-run and fidelity needs CUDA; without it "
+                            "they print one line and exit with status 2.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_parser)
 
     run = commands.add_parser("run", help="capture and replay one configuration, or the whole matrix")
     _config_flags(run)
     run.add_argument("--matrix", action="store_true", help="run every simlib.spec.MATRIX configuration")
     run.add_argument("--jobs", type=_positive, default=1, help="cases run at once (each in its own process)")
     run.add_argument("--timeout", type=_positive, default=180, help="seconds before a case is abandoned")
-    run.add_argument("--out", type=Path, help="JSON results file (default with --matrix: results/matrix-<gpu>.json)")
+    run.add_argument("--out", type=Path, metavar="FILE",
+                     help="JSON results file (default: results/matrix-<gpu>.json with --matrix, "
+                          "none without)")
 
     bench = commands.add_parser("bench", help="replay latency, overlap efficiency, PDL, calibration")
     _config_flags(bench)
     bench.add_argument("--bench-replays", type=_positive, default=300, help="timed replays per variant")
-    bench.add_argument("--out", type=Path, help="latency JSON (default results/bench-<gpu>.json)")
-    bench.add_argument("--calibration-out", type=Path, help="calibration JSON (default results/calibration-<gpu>.json)")
+    bench.add_argument("--out", type=Path, metavar="FILE",
+                       help="latency JSON (default: results/bench-<gpu>.json, or "
+                            "results/pdl-<gpu>.json with --pdl-only)")
+    bench.add_argument("--calibration-out", type=Path, metavar="FILE",
+                       help="calibration JSON (default: results/calibration-<gpu>.json)")
     bench.add_argument("--pdl-only", action="store_true",
-                       help="only the PDL residual add, split into fusion and PDL "
-                            "(writes results/pdl-<gpu>.json, or --out)")
+                       help="only the PDL residual add, split into fusion and PDL")
+    bench.add_argument("--host-costs", action="store_true",
+                       help="only the host cost of an eager forward per op kind, from torch.profiler "
+                            "(writes results/host-costs-<gpu>.json, or --out)")
 
     decode = commands.add_parser("decode", help="token agreement of graph-replay decoding with eager")
     _config_flags(decode)
     decode.add_argument("--steps", type=_positive, default=32, help="greedy decode steps")
     decode.add_argument("--single", action="store_true",
-                        help="decode only the configuration the flags give (default: the incident and its fixes)")
+                        help="decode only the configuration the flags give, not the incident and its fixes")
     decode.add_argument("--jobs", type=_positive, default=1, help="configurations decoded at once")
     decode.add_argument("--timeout", type=_positive, default=180, help="seconds before a case is abandoned")
-    decode.add_argument("--out", type=Path, help="JSON results file (default results/decode-<gpu>.json)")
+    decode.add_argument("--out", type=Path, metavar="FILE",
+                        help="JSON results file (default: results/decode-<gpu>.json)")
 
     record = commands.add_parser("record", help="record a capture as a simlib trace and check it")
     _config_flags(record)
     record.add_argument("--dry-run", action="store_true", help="record on the CPU without capturing (no GPU needed)")
-    record.add_argument("--trace-out", type=Path, help="also write the trace as JSON")
+    record.add_argument("--trace-out", type=Path, metavar="FILE",
+                        help="also write the trace as JSON (default: not written)")
     record.add_argument("--strict", action="store_true",
                         help="exit 1 on warnings (races) too, not only on errors")
 
     commands.add_parser("fidelity", help="the simulator against the committed H200 results "
                         "(outcomes and replay latency; no GPU needed)")
+    check_cli.register(commands)  # check, corpus, recorder-overhead (gpu_demo.check_cli)
+    return parser
 
-    case = commands.add_parser("case")  # internal: one isolated case (gpu_demo.harness.run_in_child)
+
+def _case_parser() -> argparse.ArgumentParser:
+    """``python -m gpu_demo case``: one isolated case (gpu_demo.harness.run_in_child), not for people."""
+    case = argparse.ArgumentParser(prog="python -m gpu_demo case")
     case.add_argument("--kind", choices=("run", "decode"), required=True)
     case.add_argument("--payload", required=True)
     case.add_argument("--result", type=Path, required=True)
-    return parser
+    return case
 
 
 def _positive(text: str) -> int:
@@ -90,34 +133,59 @@ def _config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order", choices=ORDERS, default=d.order, help="branch the host issues first under capture")
     parser.add_argument("--shared-mode", choices=SHARED_MODES, default=d.shared_mode, help="how the shared expert reads x")
     parser.add_argument("--dispose", choices=DISPOSE_POLICIES, default=d.dispose, help="what dispose_tensor frees")
-    parser.add_argument("--clone", action="store_true", help="the shared branch reads a clone of x taken before the fork")
+    parser.add_argument("--clone", action=argparse.BooleanOptionalAction, default=d.clone,
+                        help="the shared branch reads a clone of x taken before the fork")
     parser.add_argument("--inputs", choices=INPUT_MODES, default=d.inputs, help="what each replay's input buffer holds")
     parser.add_argument("--capture-fault", choices=CAPTURE_FAULTS, default=d.capture_fault, help="a deliberate capture mistake")
     parser.add_argument("--routed-stream", choices=ROUTED_STREAMS, default=d.routed_stream,
                         help="stream of the routed experts under capture (the shared expert takes the other)")
-    parser.add_argument("--pdl", action="store_true", help="residual add as a PDL-launched Triton kernel")
+    parser.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=d.pdl,
+                        help="residual add as a PDL-launched Triton kernel")
+    parser.add_argument("--dispose-kind", choices=DISPOSE_KINDS, default=d.dispose_kind,
+                        help="how dispose_tensor frees x: set_ to an empty or a 0-dim tensor, or free the storage")
+    parser.add_argument("--capture-mode", choices=CAPTURE_MODES, default=d.capture_mode,
+                        help="torch.cuda.graph's capture_error_mode")
+    parser.add_argument("--alt-delay-us", type=float, default=d.alt_delay_us, metavar="US",
+                        help="under capture, a torch.cuda._sleep of this many microseconds heads the alt branch")
+    parser.add_argument("--record-stream", action=argparse.BooleanOptionalAction, default=d.record_stream,
+                        help="under capture, x.record_stream(alt) before the branches")
     for name in _SIZE_FIELDS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name), metavar="N")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16")
-    parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(d, name), metavar="N",
+                            help=_SIZE_HELP[name])
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of weights and activations")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of weights and inputs")
 
 
 def _config(args: argparse.Namespace) -> MoEConfig:
     return MoEConfig(
         order=args.order, shared_mode=args.shared_mode, dispose=args.dispose, clone=args.clone,
         inputs=args.inputs, capture_fault=args.capture_fault, pdl=args.pdl, routed_stream=args.routed_stream,
-        **{name: getattr(args, name) for name in _SIZE_FIELDS},
+        dispose_kind=args.dispose_kind, capture_mode=args.capture_mode, alt_delay_us=args.alt_delay_us,
+        record_stream=args.record_stream, **{name: getattr(args, name) for name in _SIZE_FIELDS},
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "case":
+    if argv[:1] == ["case"]:
         from .harness import child_main
 
-        child_main(args.kind, json.loads(args.payload), args.result)  # ends the process
+        case = _case_parser().parse_args(argv[1:])
+        child_main(case.kind, json.loads(case.payload), case.result)  # ends the process
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if hasattr(args, "handler"):
+            return args.handler(args, argv)
+        return _main(parser, args, argv)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python's exit-time flush
+        # of stdout from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "fidelity":
         print(fidelity_report())
         return 0
@@ -127,12 +195,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = RunSettings(dtype=args.dtype, seed=args.seed, device="cpu" if dry_run else "auto")
     except ValueError as exc:
         parser.error(str(exc))
+    for flag in ("out", "calibration_out", "trace_out"):
+        path = getattr(args, flag, None)
+        problem = _unwritable(path) if path is not None else None
+        if problem:
+            return _cannot_write(args.command, flag, path, problem)
     if not dry_run and not torch.cuda.is_available():
         hint = " (or record --dry-run on the CPU)" if args.command == "record" else ""
         print(f"gpu_demo {args.command}: needs a CUDA GPU and none is visible{hint}", file=sys.stderr)
         return 2
     handler = {"run": _run, "bench": _bench, "decode": _decode, "record": _record}[args.command]
     return handler(args, config, settings, argv)
+
+
+def _cannot_write(command: str, flag: str, path: Path, why: str) -> int:
+    print(f"gpu_demo {command}: cannot write --{flag.replace('_', '-')} {path}: {why}", file=sys.stderr)
+    return 2
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, checked before a long run rather than after it."""
+    if path.is_dir():
+        return "it is a directory"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "permission denied"
+    folder = path.parent
+    while not folder.exists():       # _write creates missing folders: find where it would start
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    return None if os.access(folder, os.W_OK) else f"permission denied in {folder}"
 
 
 # -- commands ---------------------------------------------------------------------
@@ -145,13 +237,22 @@ def fidelity_report() -> str:
             + prediction.format_table(prediction.predictions()))
 
 
+def _errors_cell(errors: list[float | None], tolerance: float, shown: int = 4) -> str:
+    """The first few replay errors, and for a long run how many replays were wrong."""
+    from .harness import count_wrong
+
+    cell = " ".join("fault" if e is None else f"{e:.3g}" for e in errors[:shown])
+    if len(errors) > shown:
+        cell += f" ... ({count_wrong(errors, tolerance)} of {len(errors)} wrong)"
+    return cell
+
+
 def _run(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
     from .harness import run_many
 
     configs = list(MATRIX) if args.matrix else [config]
     results = run_many(configs, settings, jobs=args.jobs, timeout=args.timeout)
-    rows = [[r.name, r.outcome, " ".join("fault" if e is None else f"{e:.3g}" for e in r.errors), r.message or ""]
-            for r in results]
+    rows = [[r.name, r.outcome, _errors_cell(r.errors, settings.tolerance), r.message or ""] for r in results]
     print(format_table(["config", "outcome", "error per replay", "first error"], rows))
     out = args.out or (_default_path("matrix") if args.matrix else None)
     if out:
@@ -164,6 +265,13 @@ def _bench(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, a
     from .bench import Bench, run_bench, run_pdl
     from .calibrate import run_calibration
 
+    if args.host_costs:
+        from .host_costs import format_summary, run_host_costs
+
+        costs = run_host_costs(config, settings, timed=args.bench_replays)
+        print(format_table(["kind", "ops", "launches", "host us each"], format_summary(costs)))
+        _write(args.out or _default_path("host-costs"), argv, costs)
+        return 0
     if args.pdl_only:
         bench = Bench(config, settings, args.bench_replays)
         pdl = run_pdl(bench)
@@ -210,7 +318,11 @@ def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
         from .provenance import provenance
 
         trace.meta["provenance"] = provenance(argv)
-        args.trace_out.write_text(trace.to_json(indent=1))
+        try:
+            args.trace_out.parent.mkdir(parents=True, exist_ok=True)
+            args.trace_out.write_text(trace.to_json(indent=1))
+        except OSError as exc:
+            return _cannot_write("record", "trace_out", args.trace_out, exc.strerror or str(exc))
     captured = [r for r in trace.records if getattr(r, "graph", None) is not None]
     print(f"{config.name}: {trace.meta['mode']} recording, {len(trace.records)} records, "
           f"{len(captured)} inside the capture")

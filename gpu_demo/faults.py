@@ -10,6 +10,8 @@ a user would meet it:
 ``uncaptured_wait``       main waits on an event recorded outside the capture
                           (during warm-up, by ``prepare_outside_capture``)
 ``query_captured_event``  ``event.query()`` on an event recorded in the capture
+``missing_fork``          the alternate stream never waits on the capture (no
+                          fork): its branch is not captured, then main joins it
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ class CaptureFaults:
     @property
     def skips_join(self) -> bool:
         return self.fault == "unjoined"
+
+    @property
+    def skips_fork(self) -> bool:
+        return self.fault == "missing_fork"
 
     def prepare_outside_capture(self) -> None:
         """Record, outside any capture, the event ``uncaptured_wait`` waits on."""

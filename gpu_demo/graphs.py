@@ -24,9 +24,10 @@ def warm_up(fn: Callable[[], object], iterations: int = 2) -> None:
     torch.cuda.synchronize()
 
 
-def capture(fn: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-    """Capture one call of ``fn``; returns the graph and its static output."""
+def capture(fn: Callable[[], torch.Tensor],
+            mode: str = "global") -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """Capture one call of ``fn`` in capture mode ``mode``; returns the graph and its static output."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode=mode):
         out = fn()
     return graph, out

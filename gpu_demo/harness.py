@@ -7,15 +7,18 @@ a dead CUDA context):
    stack that never takes part in the capture (it owns its own static
    buffers, so running it cannot repair or spoil the captured ones);
 2. warm up eagerly on a side stream, then capture one forward with
-   ``torch.cuda.graph``; a failure here is ``capture_error:<name>`` (the
-   first error of the chain, see ``outcomes.first_error``);
+   ``torch.cuda.graph`` in ``config.capture_mode``; a failure here is
+   ``capture_error:<name>`` (the first error of the chain, see
+   ``outcomes.first_error``);
 3. replay ``config.replays`` times. Before each replay the captured input
    buffer gets, per ``config.inputs``: ``fresh`` random values, nothing
    (``stale``), or the warm-up's input (``same_as_eager``). The replay's output
    is compared with the reference run eagerly on the input the replay was
    *meant* to see: relative L2 error in float32, ``settings.tolerance``;
 4. outcome: ``correct``, ``silent_wrong`` (some replay above tolerance) or
-   ``illegal_address`` (a replay faulted; sticky, so the process is done).
+   ``illegal_address`` (a replay faulted; sticky, so the process is done),
+   with ``wrong_replays``, how many of the replays were wrong: for a race,
+   many replays (``config.replays``) measure how often the hardware loses it.
 
 The stale-buffer trap: with ``inputs=same_as_eager`` the replay sees exactly
 the input of the last eager run, so a branch that was *not* captured (its
@@ -62,10 +65,17 @@ class CaseResult:
     message: str | None = None
     raw_error: str | None = None
     seconds: float = 0.0
+    wrong_replays: int | None = None   # replays above tolerance or faulted (None: not run)
+    sleep_cycles: int | None = None    # the torch.cuda._sleep that made config.alt_delay_us
 
     @property
     def name(self) -> str:
         return MoEConfig.from_dict(self.config).name
+
+
+def count_wrong(errors: list[float | None], tolerance: float) -> int | None:
+    """Replays above ``tolerance`` (NaN included) or faulted (``None``); None if none ran."""
+    return sum(e is None or not e <= tolerance for e in errors) if errors else None
 
 
 def run_case(config: MoEConfig, settings: RunSettings) -> CaseResult:
@@ -82,6 +92,8 @@ def run_case(config: MoEConfig, settings: RunSettings) -> CaseResult:
             config=config.to_dict(), outcome=outcome, errors=errors, tolerance=settings.tolerance,
             message=one_line(exc) if exc else None, raw_error=str(exc) if exc else None,
             seconds=round(time.perf_counter() - started, 3),
+            wrong_replays=count_wrong(errors, settings.tolerance),
+            sleep_cycles=model.layers[0].alt_delay_cycles or None,
         )
 
     static_in = random_input()
@@ -90,7 +102,7 @@ def run_case(config: MoEConfig, settings: RunSettings) -> CaseResult:
     with torch.no_grad():
         graphs.warm_up(lambda: model(static_in))
         try:
-            graph, static_out = graphs.capture(lambda: model(static_in))
+            graph, static_out = graphs.capture(lambda: model(static_in), config.capture_mode)
         except Exception as exc:
             first = first_error(exc)
             return result(classify_capture_failure(first), errors, first)

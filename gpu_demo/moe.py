@@ -18,6 +18,10 @@ is being captured: the shared expert on the alternate stream, the routed
 experts on main, joined before the merge. ``order`` then decides which branch
 the *host* issues first. Outside capture (warm-up, the eager reference) it runs
 on one stream, shared expert first, which is always correct.
+
+Under capture, ``alt_delay_us`` puts a ``torch.cuda._sleep`` kernel at the head of
+the alternate stream's branch (its cycles per microsecond timed on this GPU
+first), and ``record_stream`` records ``x``'s use on the alternate stream.
 """
 
 from __future__ import annotations
@@ -37,14 +41,42 @@ from .settings import RunSettings
 from .streams import DualStreams, is_capturing
 
 
-def dispose_tensor(x: torch.Tensor) -> None:
-    """Free ``x``'s memory early by repointing it at an empty storage (host side).
+def dispose_tensor(x: torch.Tensor, kind: str = "set_empty") -> None:
+    """Free ``x``'s memory early, on the host (``simlib.spec.DISPOSE_KINDS``).
 
-    No kernel runs. From here on ``x`` has 0 elements and ``data_ptr() == 0``,
-    and every later launch that takes ``x`` freezes exactly that.
+    No kernel runs, and every later launch that takes ``x`` freezes what is left:
+    ``set_empty`` (SGLang) repoints ``x`` at an empty storage: 0 elements,
+    ``data_ptr() == 0``; ``set_scalar`` repoints it at a 0-dim tensor, one
+    element in a tiny block; ``resize_storage`` (FSDP) frees the storage and
+    keeps the shape: ``data_ptr() == 0`` with all its elements.
     """
     with annotate.because("dispose_tensor"):
-        x.set_(torch.empty((0,), device=x.device, dtype=x.dtype))
+        if kind == "set_empty":
+            x.set_(torch.empty((0,), device=x.device, dtype=x.dtype))
+        elif kind == "set_scalar":
+            x.set_(torch.empty([], device=x.device, dtype=x.dtype))
+        elif kind == "resize_storage":
+            x.untyped_storage().resize_(0)
+        else:
+            raise ValueError(f"dispose kind {kind!r} is not one of set_empty, set_scalar, resize_storage")
+
+
+def sleep_cycles_per_us(cycles: int = 200_000, trials: int = 5) -> float:
+    """``torch.cuda._sleep`` cycles per microsecond on this GPU, timed with CUDA events.
+
+    The fastest of a few trials: another process sharing the GPU can only make
+    a trial look slower, which would make the delay built from it too short.
+    """
+    torch.cuda._sleep(cycles)                                  # warm-up
+    rates = []
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        rates.append(cycles / (start.elapsed_time(end) * 1000.0))
+    return max(rates)
 
 
 def _weight(generator: torch.Generator, *shape: int, fan_in: int) -> torch.Tensor:
@@ -105,7 +137,7 @@ class RoutedExperts(nn.Module):
         self.w_down = init.parameter(e, i, h, fan_in=i)
         self.experts, self.hidden, self.capacity = e, h, config.tokens
         self.tokens, self.top_k = config.tokens, config.top_k
-        self.dispose = config.dispose
+        self.dispose, self.dispose_kind = config.dispose, config.dispose_kind
         assignments = torch.arange(config.tokens * config.top_k, device=init.device)
         self.register_buffer("token_of_assignment", assignments // config.top_k, persistent=False)
         self.register_buffer("expert_index", torch.arange(e, device=init.device), persistent=False)
@@ -120,11 +152,11 @@ class RoutedExperts(nn.Module):
             permuted = label(torch.zeros(rows, self.hidden, device=x.device, dtype=x.dtype), "permuted")
             permuted.index_copy_(0, slot, x.index_select(0, self.token_of_assignment))
             if self.dispose == "always" or (self.dispose == "skip_in_capture" and not is_capturing()):
-                dispose_tensor(x)
+                dispose_tensor(x, self.dispose_kind)
         with role("routed_experts"):
             gate, up = torch.bmm(permuted.view(self.experts, self.capacity, self.hidden), self.w_gate_up).chunk(2, -1)
             if self.dispose == "own_buffer":
-                dispose_tensor(permuted)
+                dispose_tensor(permuted, self.dispose_kind)
             y = torch.bmm(F.silu(gate) * up, self.w_down)
         with role("combine"):
             rows = y.view(-1, self.hidden).index_select(0, slot).view(self.tokens, self.top_k, self.hidden)
@@ -187,6 +219,8 @@ class MoELayer(nn.Module):
         self.streams = streams
         self.faults = CaptureFaults(config.capture_fault, streams)
         self.order, self.clone, self.pdl = config.order, config.clone, config.pdl
+        self.record_stream = config.record_stream
+        self.alt_delay_cycles = 0           # set by MoEStack from config.alt_delay_us
         self.dual_stream = dual_stream
         self.routed_on = config.routed_stream
         self.shared_on = ALT if config.routed_stream == MAIN else MAIN
@@ -216,20 +250,31 @@ class MoELayer(nn.Module):
 
         def shared() -> None:
             with self.streams.on(self.shared_on), role("shared_expert"):
+                self._delay(self.shared_on)
                 out["shared"] = self.shared(shared_in)
 
         def routed() -> None:
             with self.streams.on(self.routed_on):
+                self._delay(self.routed_on)
                 out["routed"] = self._routed(x)
 
         first, second = (shared, routed) if self.order == "shared_first" else (routed, shared)
-        self.streams.fork()
+        if not self.faults.skips_fork:
+            self.streams.fork()
+        if self.record_stream and x.is_cuda:
+            with self.streams.on(ALT):
+                x.record_stream(torch.cuda.current_stream())
         first()
         self.faults.between_branches(probe=x)
         second()
         if not self.faults.skips_join:
             self.streams.join()
         return out["routed"], out["shared"]
+
+    def _delay(self, stream: str) -> None:
+        """Head the alternate stream's branch with a kernel that only waits."""
+        if stream == ALT and self.alt_delay_cycles:
+            torch.cuda._sleep(self.alt_delay_cycles)
 
 
 class MoEStack(nn.Module):
@@ -249,6 +294,10 @@ class MoEStack(nn.Module):
             MoELayer(config, self.streams, init, dual_stream=dual_stream)
             for _ in range(config.layers)
         )
+        if config.alt_delay_us and init.device.type == "cuda":
+            cycles = round(config.alt_delay_us * sleep_cycles_per_us())
+            for layer in self.layers:
+                layer.alt_delay_cycles = cycles
         label_tensors(self)
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:

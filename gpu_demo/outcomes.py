@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 import torch
+from simlib.errors import StorageNotAllocated
 from simlib.spec import ILLEGAL_ADDRESS, SHAPE_MISMATCH, capture_error
 
 _ENUM_IN_MESSAGE = re.compile(r"\b(cudaError[A-Za-z]+)\b")
@@ -33,7 +34,9 @@ CUDA_ERROR_TEXTS: dict[str, str] = {
     "thread-local capture sequence from another thread": "cudaErrorStreamCaptureWrongThread",
     "illegal memory access": "cudaErrorIllegalAddress",
 }
-SHAPE_ERROR_TEXTS = ("size mismatch", "must match the size", "shapes cannot be multiplied")
+SHAPE_ERROR_TEXTS = ("size mismatch", "must match the size", "shapes cannot be multiplied",
+                     "need to be at least 1D")
+NO_DATA_TEXT = "data is not allocated yet"   # c10::TensorImpl: storage freed, shape kept
 
 
 def first_error(exc: BaseException) -> BaseException:
@@ -67,6 +70,8 @@ def classify_capture_failure(exc: BaseException) -> str:
     message = str(exc)
     if any(text in message for text in SHAPE_ERROR_TEXTS):
         return capture_error(SHAPE_MISMATCH)
+    if NO_DATA_TEXT in message:
+        return capture_error(StorageNotAllocated.code)
     name = cuda_error_name(message)
     if name == "cudaErrorIllegalAddress":
         return ILLEGAL_ADDRESS

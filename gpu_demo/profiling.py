@@ -1,10 +1,12 @@
-"""Device-side kernel timelines from ``torch.profiler`` (Kineto/CUPTI).
+"""Kernel and host-call timelines from ``torch.profiler`` (Kineto/CUPTI).
 
 The profiler's Chrome trace holds what the GPU ran: every kernel with its
 stream, start, duration, grid and estimated occupancy, and a *correlation id*
 tying it to the host call that launched it (``cudaLaunchKernel`` eagerly, one
-``cudaGraphLaunch`` for all kernels of a graph replay). This module reads that
-file into plain records; ``bench`` and ``calibrate`` compute from them.
+``cudaGraphLaunch`` for all kernels of a graph replay). It also holds what the
+host did: every aten op (nested ones inside the op that called them) and every
+``record_function`` annotation. This module reads that file into plain
+records; ``bench``, ``calibrate`` and ``host_costs`` compute from them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import statistics
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,13 +37,27 @@ class KernelEvent:
         return self.start_us + self.dur_us
 
 
+@dataclass(frozen=True)
+class HostCall:
+    """A span of host time: an aten op or a CUDA runtime/driver call."""
+
+    name: str
+    start_us: float
+    dur_us: float
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
 @dataclass
 class Timeline:
-    """Kernels, host launch calls (by correlation id) and role annotations."""
+    """Kernels, host launch calls (by correlation id), annotations and aten ops."""
 
     kernels: list[KernelEvent]
-    launch_ts: dict[int, float]
+    launches: dict[int, HostCall]
     annotations: list[tuple[str, float, float]]  # (name, start, end) on the host
+    cpu_ops: list[HostCall] = field(default_factory=list)  # in start order, nested ones included
 
     def per_launch(self) -> list[list[KernelEvent]]:
         """Kernels grouped by the host call that launched them (one group per graph
@@ -54,19 +70,25 @@ class Timeline:
 
     def role_of(self, kernel: KernelEvent) -> str:
         """The innermost annotation around the host call that launched ``kernel``."""
-        ts = self.launch_ts.get(kernel.correlation)
-        if ts is None:
+        call = self.launches.get(kernel.correlation)
+        if call is None:
             return ""
+        ts = call.start_us
         around = [(end - start, name) for name, start, end in self.annotations if start <= ts <= end]
         return min(around)[1] if around else ""
 
 
 def profile(run: Callable[[], None]) -> Timeline:
-    """Profile ``run()`` (CPU and CUDA activity) and read back its timeline."""
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    """Profile ``run()`` (CPU activity, and CUDA activity when there is a GPU) and
+    read back its timeline."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    cuda = torch.cuda.is_available()
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as prof:
         run()
-        torch.cuda.synchronize()
+        if cuda:
+            torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
@@ -74,7 +96,7 @@ def profile(run: Callable[[], None]) -> Timeline:
 
 
 def read_chrome_trace(data: dict[str, Any]) -> Timeline:
-    kernels, launch_ts, annotations = [], {}, []
+    kernels, launches, annotations, cpu_ops = [], {}, [], []
     for event in data.get("traceEvents", []):
         cat, args = event.get("cat"), event.get("args", {})
         if cat == "kernel":
@@ -85,11 +107,18 @@ def read_chrome_trace(data: dict[str, Any]) -> Timeline:
                 blocks=int(grid[0] * grid[1] * grid[2]), occupancy_pct=args.get("est. achieved occupancy %"),
             ))
         elif cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
-            launch_ts[int(args["correlation"])] = float(event["ts"])
+            launches[int(args["correlation"])] = _host_call(event)
         elif cat == "user_annotation":
-            start = float(event["ts"])
-            annotations.append((event["name"], start, start + float(event.get("dur", 0.0))))
-    return Timeline(sorted(kernels, key=lambda k: k.start_us), launch_ts, annotations)
+            call = _host_call(event)
+            annotations.append((call.name, call.start_us, call.end_us))
+        elif cat == "cpu_op":
+            cpu_ops.append(_host_call(event))
+    cpu_ops.sort(key=lambda c: (c.start_us, -c.dur_us))  # a parent before the ops it calls
+    return Timeline(sorted(kernels, key=lambda k: k.start_us), launches, annotations, cpu_ops)
+
+
+def _host_call(event: dict[str, Any]) -> HostCall:
+    return HostCall(event["name"], float(event["ts"]), float(event.get("dur", 0.0)))
 
 
 def same_stream_gaps(group: list[KernelEvent]) -> list[float]:

@@ -19,13 +19,20 @@ MathJax, also a CDN script, is left out of pages without LaTeX math (today: ever
 a page with math would load it from its CDN, and the browser test would say so.
 The pages also open from ``file://``.
 
+The contents page lists the notebooks in reading order (a lab before its solutions). A page
+that would show one picture twice (a static copy of a widget's view next to the widget,
+say) fails the build: ``repeated_pictures`` compares every PNG the page shows, widget
+state included.
+
     python scripts/build_html.py [--out out/html] [--notebooks notebooks] [--jobs 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
+import hashlib
 import html
 import json
 import os
@@ -58,7 +65,19 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- endblock html_head_js_mathjax -%}
 {%- block extra_css -%}
 {{ super() }}
-<style>.jupyter-widgets { font-family: var(--jp-ui-font-family); }</style>
+<style>
+.jupyter-widgets { font-family: var(--jp-ui-font-family); }
+/* code blocks in the prose look like the code cells (the theme leaves them bare) */
+.jp-RenderedHTMLCommon.jp-RenderedMarkdown .highlight,
+.jp-RenderedHTMLCommon.jp-RenderedMarkdown > pre {
+  background: var(--jp-cell-editor-background, #f7f7f7);
+  border: 1px solid var(--jp-cell-editor-border-color, #e0e0e0);
+  border-radius: 3px; padding: 8px 12px; margin: 0.5em 0 1em; overflow-x: auto;
+}
+.jp-RenderedHTMLCommon.jp-RenderedMarkdown .highlight pre {
+  background: none; border: 0; padding: 0; margin: 0; line-height: 1.45;
+}
+</style>
 {%- endblock extra_css -%}
 {%- block body_header -%}
 {{ super() }}
@@ -132,6 +151,31 @@ def execute(path: str, timeout: int) -> str:
     return nbformat.writes(nb)
 
 
+def reading_order(path: Path) -> tuple[str, bool]:
+    """Sort key: by name, but a notebook before its ``-solutions`` companion."""
+    return path.stem.removesuffix("-solutions"), path.stem.endswith("-solutions")
+
+
+PNG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+WIDGET_STATE = re.compile(
+    r'<script type="application/vnd\.jupyter\.widget-state\+json">(.*?)</script>', re.DOTALL)
+
+
+def repeated_pictures(page: str) -> list[str]:
+    """Pictures a page shows more than once: "<sha256 prefix> x<count>" each.
+
+    Counts inline PNG outputs and the PNG values of saved widget state (an
+    ``Image`` widget's ``value`` buffer), which is what the page draws.
+    """
+    pictures = PNG.findall(page)
+    for state in WIDGET_STATE.findall(page):
+        for model in json.loads(state)["state"].values():
+            pictures += [b["data"] for b in model.get("buffers", [])
+                         if b.get("path") == ["value"] and model.get("model_name") == "ImageModel"]
+    counts = collections.Counter(hashlib.sha256(p.encode()).hexdigest()[:12] for p in pictures)
+    return [f"{digest} x{n}" for digest, n in counts.items() if n > 1]
+
+
 def has_math(nb) -> bool:
     return any(c.cell_type == "markdown" and MATH.search(c.source) for c in nb.cells)
 
@@ -158,6 +202,7 @@ def index_page(entries: list[tuple[str, str]]) -> str:
   body {{ font-family: sans-serif; max-width: 46em; margin: 2em auto; padding: 0 1em;
          line-height: 1.5; color: #222; }}
   code {{ background: #f2f2f2; padding: 0 .25em; }}
+  pre {{ background: #f2f2f2; padding: .6em .8em; overflow-x: auto; }}
 </style>
 </head>
 <body>
@@ -179,7 +224,7 @@ def build(out: Path, notebooks: Path, jobs: int, timeout: int, cache: Path) -> l
     from nbconvert import HTMLExporter
     from traitlets.config import Config
 
-    sources = sorted(notebooks.glob("*.ipynb"))
+    sources = sorted(notebooks.glob("*.ipynb"), key=reading_order)
     if not sources:
         sys.exit(f"build_html: no notebooks in {notebooks}")
     staging = Path(tempfile.mkdtemp(prefix=".html-", dir=out.parent))
@@ -223,6 +268,11 @@ def build(out: Path, notebooks: Path, jobs: int, timeout: int, cache: Path) -> l
                     log(f"{src.name} has LaTeX math: its page loads MathJax from a CDN")
                 body, _ = exporter.from_notebook_node(
                     nb, resources={"metadata": {"name": src.stem}, "needs_mathjax": math})
+                repeated = repeated_pictures(body)
+                if repeated:
+                    sys.exit(f"build_html: {src.name} shows a picture more than once "
+                             f"({', '.join(repeated)}): a static copy of a view already shown, "
+                             "or the same figure displayed twice")
                 page = f"{src.stem}.html"
                 (staging / page).write_text(body, encoding="utf-8")
                 entries.append((page, title(nb, src.stem)))

@@ -7,19 +7,26 @@
 
 ``check`` exits 1 when the checker finds an error (wrong on every replay) or
 the capture itself failed, 0 otherwise; warnings (races) fail only with
-``--strict``. Bad arguments exit 2 with a usage message, never a traceback.
+``--strict``. A failed capture is said first (there is no graph to check).
+Outcomes are in ``simlib.glossary``'s words. Bad arguments, and a ``--trace``
+that is not a simlib trace (a Chrome/Perfetto export, say), exit 2 with a usage
+message; a reader that stops early (``| head``) ends the output quietly. Never
+a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from . import scenarios
 from .checker import ERROR, check, format_report
 from .export import write_chrome_trace
+from .glossary import words
 from .scenarios import ScenarioResult
 from .spec import (CAPTURE_ERROR_PREFIX, CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS,
                    ROUTED_STREAMS, SHARED_MODES, MoEConfig)
@@ -51,6 +58,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except SystemExit as exit_:   # argparse's --help and usage errors
         return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    except BrokenPipeError:       # the reader went away (``... | head``): stop quietly
+        _silence_stdout()
+        return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush cannot fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return                    # not a real file (a test's capture): nothing will flush
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd = commands.add_parser(
         "check", parents=[source], help="report the capture hazards of a scenario or trace",
         description="Run the capture-hazard checker. Exit status 1 when it finds an error "
-                    "(wrong on every replay) or the capture failed; warnings (timing-dependent "
-                    "races) fail only with --strict.")
+                    "(wrong on every replay) or the capture failed; warnings (unordered accesses: "
+                    "races the hardware may not have lost yet) fail only with --strict.")
     check_cmd.add_argument("--json", action="store_true", help="print the findings as JSON")
     check_cmd.add_argument("--strict", action="store_true", help="fail (exit 1) on warnings too")
     check_cmd.set_defaults(run=_check, parser=check_cmd)
@@ -127,6 +148,7 @@ def _check(args: argparse.Namespace) -> int:
             print(f"CAPTURE FAILED: {failure}")
         print()
         print(format_report(findings))
+    sys.stdout.flush()            # a closed pipe fails here, inside main(), not at exit
     failed = bool(failures) or any(f.severity == ERROR for f in findings)
     return int(failed or (args.strict and bool(findings)))
 
@@ -167,8 +189,9 @@ def _load(args: argparse.Namespace) -> tuple[Trace, str, ScenarioResult | None]:
     except ValueError as exc:
         error(str(exc))
     result = scenarios.run(config)
-    return (result.trace, f"scenario moe {config.name}: the simulated replays were "
-                          f"{result.outcome}", result)
+    failed = result.outcome.startswith(CAPTURE_ERROR_PREFIX)
+    said = words(result.outcome) + (", so there is no graph" if failed else "")
+    return result.trace, f"scenario moe {config.name}, simulated outcome: {said}", result
 
 
 def _read_trace(path: Path, error: Callable[[str], NoReturn]) -> Trace:
@@ -176,11 +199,24 @@ def _read_trace(path: Path, error: Callable[[str], NoReturn]) -> Trace:
         text = path.read_text()
     except OSError as exc:
         error(f"cannot read --trace {path}: {exc.strerror or exc}")
+    how = "write one with Trace.to_json() or gpu_demo's recorder"
     try:
-        return Trace.from_json(text)
+        data = json.loads(text)
+    except ValueError as exc:
+        error(f"--trace {path} is not a simlib trace (not JSON: {exc}); {how}")
+    if isinstance(data, list) or (isinstance(data, dict) and "traceEvents" in data):
+        shape = "a Chrome/Perfetto trace" if isinstance(data, dict) else "a JSON list"
+        error(f"--trace {path} is {shape}, not a simlib trace: Chrome/Perfetto traces are for "
+              f"viewing (https://ui.perfetto.dev), and `python -m simlib export` makes them from a "
+              f"simlib trace, not the other way round. Give --trace the simlib trace itself: a JSON "
+              f"object with 'version' and 'records' ({how}).")
+    if not isinstance(data, dict):
+        error(f"--trace {path} holds a JSON {type(data).__name__}, not a simlib trace (a JSON "
+              f"object with 'version' and 'records'); {how}")
+    try:
+        return Trace.from_dict(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        error(f"--trace {path} is not a simlib trace ({exc}); write one with "
-              "Trace.to_json() or gpu_demo's recorder")
+        error(f"--trace {path} is not a simlib trace ({exc}); {how}")
 
 
 def _flag(name: str) -> str:

@@ -5,7 +5,8 @@ replays; the device applies the effects in time order: a kernel reads its
 frozen argument addresses when its inputs are ready and writes its outputs
 when it ends, so a kernel on another stream that overlaps it sees the old
 contents. Touching address 0 with a nonzero size faults, and the fault is
-sticky: nothing runs afterwards.
+sticky: nothing runs afterwards. An extent past the end of a live block does
+not fault: it reads (or overwrites) whatever the neighbouring blocks hold.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class Device:
             else:
                 write = self.memory.write
                 for arg, value in zip((a for a in launch.args if "w" in a.access), payload):
-                    write(arg.ptr, arg.nbytes, value)
+                    write(arg.ptr, arg.nbytes, value, arg.label)
 
     def drain(self) -> None:
         self.advance(float("inf"))

@@ -65,6 +65,18 @@ class ShapeMismatch(SimulatedError, ValueError):
     code = "shape_mismatch"
 
 
+class StorageNotAllocated(SimulatedError, RuntimeError):
+    """A torch op was given a tensor whose storage was freed while it kept its shape.
+
+    ``x.untyped_storage().resize_(0)`` (FSDP's way to free a parameter) leaves
+    ``x`` with its elements but no data; an op that asks for a typed data
+    pointer refuses it on the host ("The tensor has a non-zero number of
+    elements, but its data is not allocated yet", ``c10::TensorImpl``).
+    """
+
+    code = "storage_not_allocated"
+
+
 class IllegalAddress(SimulatedError):
     """The device touched an address it does not own (pointer 0 with a size).
 

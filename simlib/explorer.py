@@ -10,8 +10,10 @@ a cache lookup, a redraw into an existing figure and one PNG encoding.
 Every piece of state a test or a curious reader wants is a plain attribute of
 the returned ``Explorer``: ``config``, ``step``, ``view``, ``redraws``,
 ``redraw_ms``, ``figure``, ``title``, ``status``, and ``box`` (the widget).
-``Explorer.snapshot()`` shows the current view as a static picture, so a
-notebook reads the same where widgets do not run (GitHub, nbviewer, nbval).
+Displayed, an ``Explorer`` carries a static PNG of its view beside the widget,
+so a notebook shows one picture where widgets run and where they do not
+(GitHub, nbviewer); ``Explorer.snapshot()`` prints the view's status, and its
+picture only once the view has changed since.
 
 The notebooks' other helpers: ``show(fig)`` displays a ``simlib.plots``
 figure (IPython's inline backend skips figures without Axes, which is what
@@ -25,6 +27,7 @@ works without any of them.
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import textwrap
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
+from .glossary import UNORDERED, badge, term, words
 from .headline import GPU_RESULTS, load_gpu_results
 from .memory import short_ptr
 from .scenarios import ScenarioResult, run
@@ -40,6 +44,7 @@ from .spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
 from .trace import (Alloc, Capture, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
                     Mutation, Replay, SkippedLaunch, Trace, View)
 from .values import relative_error, render
+from .verdict import agrees, possible_outcomes, verdict
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -60,6 +65,11 @@ def scenario(config: MoEConfig) -> ScenarioResult:
 def findings(config: MoEConfig) -> tuple[checker.Finding, ...]:
     """The checker's findings on ``config``'s trace, cached like ``scenario``."""
     return tuple(checker.check(scenario(config).trace))
+
+
+def judged(config: MoEConfig) -> str:
+    """``config``'s verdict (``simlib.verdict``): its replays' outcome, or ``unordered``."""
+    return verdict(scenario(config).outcome, findings(config))
 
 
 # ================================================================ reading a trace in words
@@ -184,7 +194,8 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
 
     Provenance lines first (where the numbers come from), then each cell's
     outcome with the mean relative error of its replays against eager runs on
-    fresh inputs, then whether the simulator predicts the same outcomes.
+    fresh inputs, then whether the simulator agrees: the GPU's outcome must be
+    one that some simulated schedule produces (``simlib.verdict.possible_outcomes``).
     """
     path = Path(path)
     gpu = load_gpu_results(path)
@@ -197,7 +208,7 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
              if prov.get(key)]
     lines.append(f"{'file':<13} gpu_demo/results/{path.name}")
     rows = [("shared expert consumes x", *(_ORDER_WORDS[o] for o in ORDERS))]
-    agree, differ = 0, []
+    agree, differ, races = 0, [], []
     for mode in SHARED_MODES:
         cells = []
         for order in ORDERS:
@@ -209,32 +220,40 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
             errors = [e for e in case.get("errors", []) if e is not None]
             cells.append(case["outcome"] + (f" (err {sum(errors) / len(errors):.2f})"
                                             if errors else ""))
-            predicted = scenario(config).outcome
-            if predicted == case["outcome"]:
-                agree += 1
-            else:
-                differ.append(f"{config.name}: simulator predicts {predicted}")
+            predicted = judged(config)
+            if not agrees(possible_outcomes(config).outcomes, case["outcome"]):
+                differ.append(f"{config.name}: the simulator says {predicted}, "
+                              f"the GPU showed {case['outcome']}")
+                continue
+            agree += 1
+            if predicted == UNORDERED:
+                races.append(f"{config.name}: {UNORDERED} (the GPU's replays: {case['outcome']})")
         rows.append((mode, *cells))
-    verdict = (f"simulator: predicts the same outcome in {agree} of {agree + len(differ)} "
-               "measured cells" + "".join(f"\n  {d}" for d in differ))
-    return "\n".join(lines) + "\n\n" + _table(rows) + "\n\n" + verdict
+    said = (f"simulator: its verdict agrees with {agree} of {agree + len(differ)} measured cells"
+            + "".join(f"\n  {d}" for d in differ))
+    if races:
+        said += (f"\n{len(races)} of them {term(UNORDERED).meaning.split(';')[0]}; the checker "
+                 "finds the race in the trace:" + "".join(f"\n  {r}" for r in races))
+    return "\n".join(lines) + "\n\n" + _table(rows) + "\n\n" + said
 
 
 def outcome_table(base: MoEConfig | None = None) -> str:
     """The simulator's 3x2 table (shared mode x issue order) for ``base``'s other options.
 
-    Each cell is the outcome, with the relative error of the first replay against the
-    eager run on the same fresh input when there was a replay.
+    Each cell is the verdict (``unordered`` where the replays are right but the checker
+    finds a race), with the relative error of the first replay against the eager run on
+    the same fresh input when there was a replay.
     """
     base = base or MoEConfig()
     rows = [("shared expert consumes x", *(_ORDER_WORDS[o] for o in ORDERS))]
     for mode in SHARED_MODES:
         cells = []
         for order in ORDERS:
-            r = scenario(base.with_(order=order, shared_mode=mode))
+            config = base.with_(order=order, shared_mode=mode)
+            r = scenario(config)
             err = (f" (err {relative_error(r.replays[0].got, r.replays[0].want):.2f})"
                    if r.replays else "")
-            cells.append(r.outcome + err)
+            cells.append(judged(config) + err)
         rows.append((mode, *cells))
     return _table(rows)
 
@@ -262,12 +281,9 @@ def graph_pool_bytes(trace: Trace) -> int:
     return sum(blocks.values())
 
 
-_OUTCOME_WORDS = {"correct": "correct", "silent_wrong": "WRONG", "illegal_address": "CRASH"}
-
-
 def _verdict_short(config: MoEConfig) -> str:
     found = findings(config)
-    if not found and scenario(config).graph is None:
+    if scenario(config).graph is None and all(f.rule == 0 for f in found):   # rule 0: capture failed
         return "no graph"
     errors = sorted({f.rule for f in found if f.severity == checker.ERROR})
     warnings = sorted({f.rule for f in found if f.severity == checker.WARNING})
@@ -277,25 +293,24 @@ def _verdict_short(config: MoEConfig) -> str:
 
 
 def fix_table(fixes: dict[str, MoEConfig], modes: Sequence[str] = SHARED_MODES) -> str:
-    """Each fix in each shared mode: how the replays end, and what the checker says.
+    """Each fix in each shared mode: its verdict, and what the checker says.
 
-    A cell reads ``outcome, verdict``: outcome ``correct``, ``WRONG`` (silently),
-    ``CRASH`` (illegal address) or ``capture error``; verdict ``clean``, or the
-    checker's rules with ``err``/``warn`` findings (``no graph`` when the capture
-    failed). The checker never runs the program: it reads the trace, so it also
-    judges captures whose replays happened to come out right.
+    A cell reads ``verdict; checker``: the verdict as the glossary's badge
+    (``correct``, ``unordered: a race``, ``silently wrong``, ``illegal address``,
+    ``capture fails: <name>``), then ``clean`` or the checker's rules with
+    ``err``/``warn`` findings (``no graph`` when the capture failed). The checker
+    never runs the program: it reads the trace, so it also judges captures whose
+    replays happened to come out right.
     """
     rows = [("fix", *modes)]
     for name, config in fixes.items():
         cells = []
         for mode in modes:
             c = config.with_(shared_mode=mode)
-            outcome = scenario(c).outcome
-            outcome = _OUTCOME_WORDS.get(outcome, outcome.split(":")[0].replace("_", " "))
-            cells.append(f"{outcome}, {_verdict_short(c)}")
+            cells.append(f"{badge(judged(c))}; {_verdict_short(c)}")
         rows.append((name, *cells))
     return ("shared expert consumes x as:\n" + _table(rows)
-            + "\n(outcome, checker: err/warn = error/warning findings by rule number)")
+            + "\n(verdict; checker: err/warn = error/warning findings by rule number)")
 
 
 def cost_table(fixes: dict[str, MoEConfig]) -> str:
@@ -339,7 +354,9 @@ def status_lines(config: MoEConfig, step: int | None) -> list[str]:
     r = scenario(config)
     first, last = capture_window(r.trace, r.graph.id if r.graph else 0)
     shown = last if step is None else step
-    lines = [f"{config.name}: {r.outcome}",
+    said = judged(config)
+    lines = [f"{config.name}: "
+             + (term(said).meaning.split(";")[0] if said == UNORDERED else words(said)),
              describe_step(r.trace, shown) + f"   (capture: steps {first}-{last})"]
     if r.replays:
         rp = r.replays[0]
@@ -466,6 +483,7 @@ class Explorer:
         self._figures: dict[str, Figure] = {}
         self._png = b""
         self._quiet = False
+        self._displayed: tuple[MoEConfig, str, int] | None = None   # what the output shows
         c = self._base
         style = {"description_width": "150px"}
         buttons = {"description_width": "150px", "button_width": "auto"}
@@ -606,20 +624,36 @@ class Explorer:
         self.redraw_ms.append((time.perf_counter() - t0) * 1e3)
 
     # -------------------------------------------------------------- showing it
+    def _view(self) -> tuple[MoEConfig, str, int]:
+        return self.config, self.view, self.step
+
     def snapshot(self) -> None:
-        """Show the current view as a static picture and its status as text."""
+        """Print the current view's status; show its picture unless one already shows it.
+
+        Displaying the explorer leaves one picture: the widget's, or where widgets
+        do not run (GitHub, nbviewer, a saved page) the static copy in the same
+        output. So the picture appears here only if the view changed since.
+        """
         from IPython.display import display
 
         print("\n".join(textwrap.fill(line, 100, subsequent_indent="    ")
                         for line in self.status))
-        display(Picture(self.figure, dpi=100))
+        if self._displayed != self._view():
+            display(Picture(self.figure, dpi=self.dpi))
 
     def _ipython_display_(self) -> None:
+        """The widget, with a static copy of its picture for front ends without widgets.
+
+        A front end shows one of the two: JupyterLab and the HTML edition (which
+        ranks the widget view first) the widget, others the PNG.
+        """
         from IPython.display import display
 
         bundle = self.box._repr_mimebundle_()
-        bundle["text/plain"] = ("Interactive explorer: it needs a running Python kernel. "
-                                "The next cell shows its current view as a static picture.")
+        bundle["image/png"] = base64.b64encode(small_png(self.figure, self.dpi)).decode()
+        bundle["text/plain"] = (f"[explorer: needs a running Python kernel] {self.config.name}, "
+                                f"{self.view} at host step {self.step}: {self.title}")
+        self._displayed = self._view()
         display(bundle, raw=True)
 
     def __repr__(self) -> str:
@@ -635,7 +669,7 @@ def _html(lines: Sequence[str]) -> str:
 
 def dispose_bug_explorer(config: MoEConfig | None = None, *, step: int | str | None = None,
                          view: str = "pointers", **kwargs: Any) -> Explorer:
-    """The explorer of notebook 03: display it, then ``.snapshot()`` for a static copy.
+    """The explorer of notebook 03: display it (``.snapshot()`` prints what it shows).
 
     ``config`` sets the starting controls (default: the incident, routed
     experts first, shared expert writing into a static buffer); ``step`` a

@@ -41,6 +41,9 @@ left in the graph depends on how it consumes the tensor (``GRAPH_HOLDS``):
                         is silently wrong
 ``shape_error``         a torch op checked shapes on the host while capturing
                         and raised: the capture fails, there is no graph
+``host_branch``         Python code read the emptied shape (``if x.shape[0] == 0``)
+                        and skipped the consumer: the graph holds only what that
+                        code issued, so the skipped op has no node at all
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
 NULL_POINTER_NODE = "null_pointer_node"
 NO_NODE = "no_node"
 SHAPE_ERROR = "shape_error"
+HOST_BRANCH = "host_branch"
 
 GRAPH_HOLDS: dict[str, str] = {
     NULL_POINTER_NODE: "a node whose frozen pointer is 0 (a raw-pointer kernel launched anyway); "
@@ -102,6 +106,8 @@ GRAPH_HOLDS: dict[str, str] = {
     NO_NODE: "no node at all (zero elements, so PyTorch launched nothing); the output keeps what it "
              "held before, and every replay is silently wrong",
     SHAPE_ERROR: "no graph: a host-side shape check raised while capturing, so the capture failed",
+    HOST_BRANCH: "only what host code issued after branching on the emptied shape: no node uses the "
+                 "data, and an op that code skipped has no node at all",
 }
 
 

@@ -15,6 +15,23 @@ from typing import TYPE_CHECKING
 from .errors import CaptureError
 from .trace import Launch
 
+GLOBAL, THREAD_LOCAL, RELAXED = "global", "thread_local", "relaxed"
+CAPTURE_MODES = (GLOBAL, THREAD_LOCAL, RELAXED)
+"""``torch.cuda.graph(..., capture_error_mode=...)``, i.e. ``cudaStreamCaptureMode``.
+
+While a capture is underway, ``global`` (PyTorch's default) and ``thread_local``
+forbid this thread's *potentially unsafe* calls even on streams that are not
+being captured: a new device block (``cudaMalloc``, which the caching allocator
+makes when it has no cached block for that stream), a synchronous copy from or to
+the host, a stream or event synchronize, an event query. The call fails with
+``cudaErrorStreamCaptureUnsupported`` ("operation not permitted when stream is
+capturing") and invalidates the capture. ``relaxed`` allows them: work on a
+stream outside the capture then simply runs eagerly. The two strict modes
+differ only in whether *other* threads are restricted too; simlib has one host
+thread, so they behave alike here. In every mode the captured streams
+themselves may not be synchronised or read back.
+"""
+
 if TYPE_CHECKING:
     from .runtime import Runtime
     from .stream import Stream
@@ -58,6 +75,9 @@ class Capture:
     origin: "Stream"
     frontier: dict[str, tuple[int, ...]] = field(default_factory=dict)
     error: CaptureError | None = None   # the first error; the capture is invalidated
+    mode: str = GLOBAL
+    # blocks freed with recorded stream uses, held until the capture ends (record_stream)
+    held: list[tuple[int, int, str, str, dict[str, bool]]] = field(default_factory=list)
 
     def capturing(self, stream: "Stream") -> bool:
         return stream.name in self.frontier

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .checker import check
+from .glossary import term, words
 from .scenarios import ScenarioResult, run
 from .spec import ORDERS, SHARED_MODES, MoEConfig
 from .values import render
+from .verdict import races, verdict
 
 GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results" / "matrix-h200.json"
 HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order varies
@@ -68,14 +71,45 @@ def _describe_provenance(prov: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One simulated configuration: its verdict, its replays' outcome and the races found."""
+
+    result: ScenarioResult
+    verdict: str
+    races: tuple[str, ...]        # "rule 4 (reuse_after_free) on 'x'"
+
+    @property
+    def cell(self) -> str:
+        """The table cell: the verdict, and for ``unordered`` what the replays showed and why."""
+        if self.verdict == self.result.outcome:
+            return f"`{self.verdict}`"
+        return (f"`{self.verdict}` (replays {words(self.result.outcome)}; "
+                f"checker: {', '.join(self.races)})")
+
+
+def judge(config: MoEConfig) -> Judged:
+    """Simulate ``config`` and give its verdict."""
+    result = run(config)
+    findings = check(result.trace)
+    found = tuple(dict.fromkeys(f"rule {f.rule} ({f.code}) on {f.label!r}" for f in races(findings)))
+    return Judged(result, verdict(result.outcome, findings), found)
+
+
 def design_rows(gpu: GpuResults | None) -> list[dict[str, Any]]:
-    """One row per cell of the README's measured 3x2 table (shared mode x order)."""
+    """One row per cell of the README's measured 3x2 table (shared mode x order).
+
+    ``simulator`` is the verdict, ``replays`` what the simulated replays did,
+    ``races`` the checker's race findings, ``gpu`` the recorded GPU outcome.
+    """
     rows = []
     for mode in SHARED_MODES:
         for order in ORDERS:
             config = HEADLINE.with_(shared_mode=mode, order=order)
+            judged = judge(config)
             rows.append({"shared_mode": mode, "order": order, "config": config.to_dict(),
-                         "simulator": run(config).outcome,
+                         "simulator": judged.verdict, "replays": judged.result.outcome,
+                         "races": list(judged.races), "cell": judged.cell,
                          "gpu": gpu.outcomes.get(config) if gpu else None})
     return rows
 
@@ -86,15 +120,19 @@ def _markdown_table(rows: list[dict[str, Any]], gpu: GpuResults | None) -> str:
         head.append(f"GPU ({gpu.provenance})")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["shared_mode"], r["order"], f"`{r['simulator']}`"]
+        cells = [r["shared_mode"], r["order"], r["cell"]]
         if gpu:
             cells.append(f"`{r['gpu']}`" if r["gpu"] else "not run")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _expressions(result: ScenarioResult) -> list[str]:
-    lines = [f"{result.config.name}: {result.outcome}"]
+def _expressions(judged: Judged) -> list[str]:
+    result = judged.result
+    lines = [f"{result.config.name}: {judged.verdict}"]
+    if judged.races:
+        lines += textwrap.wrap(f"{term(judged.verdict).meaning} (checker: {', '.join(judged.races)})",
+                               86, initial_indent="  ", subsequent_indent="  ")
     if result.replays:
         r = result.replays[0]
         lines.append(f"  replay with fresh input {r.input}")
@@ -106,11 +144,13 @@ def _expressions(result: ScenarioResult) -> list[str]:
 def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
     from . import plots   # here, not at the top: importing simlib must not import matplotlib
+    from .explorer import small_png
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = [run(HEADLINE.with_(order=order)) for order in ORDERS]
-    plots.side_by_side(*results).savefig(out_dir / "headline.png", dpi=110)
+    judged = [judge(HEADLINE.with_(order=order)) for order in ORDERS]
+    (out_dir / "headline.png").write_bytes(small_png(plots.side_by_side(*(j.result for j in judged)),
+                                                     dpi=110))
 
     gpu = load_gpu_results(gpu_results)
     rows = design_rows(gpu)
@@ -121,14 +161,15 @@ def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     lead = ("The same dual-stream MoE decode step, captured as a CUDA graph with the shared "
             "expert issued first and with the routed experts issued first. Only the host's "
             "issue order differs.")
-    expressions = [line for r in results for line in _expressions(r)]
+    expressions = [line for j in judged for line in _expressions(j)]
     markdown = "\n".join([
         "# Headline: host order decides what a CUDA graph captures", "", lead, "",
         "![shared first versus routed first](headline.png)", "", "```", *expressions, "```", "",
         "## The measured H200 table (README), cell by cell", "", table, "", gpu_note, ""])
     (out_dir / "headline.md").write_text(markdown)
     (out_dir / "headline.json").write_text(json.dumps(
-        {"headline": [{"config": r.config.to_dict(), "outcome": r.outcome} for r in results],
+        {"headline": [{"config": j.result.config.to_dict(), "verdict": j.verdict,
+                       "replays": j.result.outcome, "races": list(j.races)} for j in judged],
          "design_table": rows, "gpu_provenance": gpu.provenance if gpu else None},
         indent=1, sort_keys=True) + "\n")
 

@@ -1,17 +1,24 @@
 """Self-checks for the classroom exercises of ``notebooks/06-lab.ipynb``.
 
     from simlib import lab
-    answer_1 = "shared_first"      # the learner's prediction
-    lab.check(1, answer_1)
+    answer_2 = 0                   # the learner's prediction
+    lab.check(2, answer_2)
 
 ``check(number, answer)`` has three outcomes:
 
 * **not answered**: the answer is ``...`` or ``None`` (or a dict still holding
   one): it prints "not answered yet" and returns, so the committed blank
   notebook runs cleanly under nbval;
-* **wrong**: it raises ``AssertionError`` saying what is wrong and which
-  notebook section explains it, without giving the answer away;
+* **wrong**: it raises ``WrongAnswer`` (an ``AssertionError``) whose message
+  coaches: what kind of answer was expected, a hint, and which notebook
+  section explains it, without giving the answer away. IPython shows that
+  message alone, never a traceback into this module;
 * **right**: it prints why the answer is right, with the simulator's evidence.
+
+Answers are read strictly: a word must be one of the codes the exercise
+lists, spelled as listed (``"shared first"`` is not ``"shared_first"``), and
+a number must be a Python ``int`` (``"0x0"`` is a string). A near miss is
+told what to write instead.
 
 The reference answers are not a table: ``expected(number)`` runs the
 simulator (or its checker) and reads the answer off the result, so the lab
@@ -29,16 +36,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .checker import check as check_trace
+from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED, term
 from .headline import GPU_RESULTS, GpuResults, load_gpu_results
 from .latency import replay_latency
 from .scenarios import run
-from .spec import CAPTURE_ERROR_PREFIX, CORRECT, ORDERS, SHARED_MODES, MoEConfig
+from .spec import ORDERS, SHARED_MODES, MoEConfig
 from .timing import Profile
 from .trace import Mutation
 from .values import Call, Sym, terms
+from .verdict import races, verdict
 
 RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"
-OUTCOME_WORDS = ("correct", "silent_wrong", "illegal_address", "capture_error")
+# The glossary's outcome codes; a capture error is answered by its family, "capture_error".
+OUTCOME_WORDS = tuple(code.rstrip(":") for code in OUTCOMES)
 FIXES = ("skip_in_capture", "own_buffer", "never", "clone")
 SPEEDS = ("faster", "slower", "same")
 SHARED_INPUTS = ("x1", "x2", "0")
@@ -46,7 +56,8 @@ INCIDENT = MoEConfig()   # routed first, static shared buffer, dispose always, f
 
 # Where each exercise's idea is explained: notebook and section title.
 READ = {
-    "order": "notebook 03-the-dispose-bug, sections 'The program' and 'Walk through it'",
+    "order": "notebook 03-the-dispose-bug, sections 'The program' and 'Walk through it', and "
+             "04-fixes-and-costs, section 'The checker reads the trace, not the results'",
     "freeze": "notebook 02-graph-capture, section 'A frozen argument is a value, not a reference'",
     "modes": "notebook 03-the-dispose-bug, section 'Three ways to consume the emptied `x`'",
     "silent": "notebook 03-the-dispose-bug, section 'What the replay computes'",
@@ -61,6 +72,21 @@ READ = {
 
 class Unanswered(Exception):
     """The answer is still a placeholder (internal: ``check`` turns it into a message)."""
+
+
+class _Coaching(Exception):
+    """An error for a learner: IPython shows its message and no traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines()
+
+
+class WrongAnswer(_Coaching, AssertionError):
+    """A wrong or malformed answer; the message says what was expected and gives a hint."""
+
+
+class NoSuchExercise(_Coaching, ValueError):
+    """``check`` was given an exercise number the lab does not have."""
 
 
 @dataclass(frozen=True)
@@ -81,34 +107,54 @@ def _blank(value: Any) -> bool:
 
 
 def _require(ok: bool, message: str) -> None:
-    """An AssertionError that survives ``python -O`` (a bare assert would not)."""
+    """A ``WrongAnswer`` that survives ``python -O`` (a bare assert would not)."""
     if not ok:
-        raise AssertionError(message)
+        raise WrongAnswer(message)
+
+
+def _choices(choices: tuple[str, ...]) -> str:
+    return ", ".join(repr(c) for c in choices)
 
 
 def _word(choices: tuple[str, ...], what: str) -> Callable[[Any], str]:
+    """One of ``choices``, spelled exactly; a capture error may name its error after a colon."""
     def parse(value: Any) -> str:
         if _blank(value):
             raise Unanswered
-        word = str(value).strip().strip("'\"").lower().replace(" ", "_").replace("-", "_")
-        if word.startswith(CAPTURE_ERROR_PREFIX):
-            word = "capture_error"
-        _require(word in choices, f"{what} must be one of {', '.join(repr(c) for c in choices)}; got {value!r}.")
-        return word
+        _require(isinstance(value, str),
+                 f"{what} is a word in quotes, one of {_choices(choices)}; got {value!r}.")
+        if (value.startswith(CAPTURE_ERROR_PREFIX) and "capture_error" in choices
+                and value.removeprefix(CAPTURE_ERROR_PREFIX).strip()):
+            return "capture_error"
+        if value in choices:
+            return value
+        near = value.strip().strip("'\"").lower().replace(" ", "_").replace("-", "_")
+        if near in choices:
+            raise WrongAnswer(f"{what}: write it exactly as {near!r} (the code, with underscores "
+                              f"and in lower case); got {value!r}.")
+        raise WrongAnswer(f"{what} must be one of {_choices(choices)}; got {value!r}.")
     return parse
 
 
 def _pointer(value: Any) -> int:
     if _blank(value):
         raise Unanswered
-    given = value
     if isinstance(value, str):
         try:
-            value = int(value.strip(), 0)
+            as_int = int(value.strip(), 0)
         except ValueError:
-            pass
+            as_int = None
+        hint = (f" (without the quotes, {value.strip()} is the Python integer {as_int})"
+                if as_int is not None else "")
+        raise WrongAnswer(f"the answer is a pointer: a Python integer such as 4096 or 0x1000, not "
+                          f"a string; got {value!r}{hint}.")
     _require(isinstance(value, int) and not isinstance(value, bool),
-             f"the answer is a pointer: an integer such as 4096 or '0x1000'; got {given!r}.")
+             f"the answer is a pointer: a Python integer such as 4096 or 0x1000; got {value!r}.")
+    return value
+
+
+def _text(value: Any) -> str:
+    _require(isinstance(value, str), f"expected a tensor label in quotes, such as 'x'; got {value!r}.")
     return value
 
 
@@ -127,7 +173,8 @@ def _record(parsers: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[st
 
 
 def _integer(value: Any) -> int:
-    _require(isinstance(value, int) and not isinstance(value, bool), f"expected an integer, got {value!r}.")
+    _require(isinstance(value, int) and not isinstance(value, bool),
+             f"expected a Python integer such as 3 (no quotes); got {value!r}.")
     return value
 
 
@@ -155,25 +202,55 @@ def _h200_matrix() -> GpuResults | None:
 
 # --------------------------------------------------------------------------- 1 order
 @cache
-def _order_outcomes() -> dict[str, str]:
-    return {order: run(INCIDENT.with_(order=order)).outcome for order in ORDERS}
+def _order_verdicts() -> dict[str, tuple[str, str, tuple[Any, ...]]]:
+    """Per order: its verdict, what its simulated replays did, and the checker's races."""
+    out = {}
+    for order in ORDERS:
+        result = run(INCIDENT.with_(order=order))
+        findings = check_trace(result.trace)
+        out[order] = (verdict(result.outcome, findings), result.outcome, tuple(races(findings)))
+    return out
 
 
-def _solve_order() -> str:
-    (safe,) = [o for o, outcome in _order_outcomes().items() if outcome == CORRECT]
-    return safe
+def _solve_order() -> dict[str, str]:
+    return {order: _family(said) for order, (said, _, _) in _order_verdicts().items()}
 
 
-def _right_order(safe: str) -> str:
-    seen = ", ".join(f"{o} -> {v}" for o, v in _order_outcomes().items())
-    return (f"{safe}. The shared expert's launches are issued, and freeze x's real address, before "
-            f"the routed branch's dispose_tensor(x) empties x on the host. Simulated replays: {seen}.")
+def _right_order(expected: dict[str, str]) -> str:
+    lines = []
+    for order, (said, replays, found) in _order_verdicts().items():
+        case = _h200_case(INCIDENT.with_(order=order))
+        gpu = f" (the H200's replays: {case['outcome']})" if case else ""
+        if said == UNORDERED:
+            race = found[0]
+            lines.append(
+                f"  {order}: {said}, a race the hardware has not lost yet. Its replays are {replays}"
+                f"{gpu}, but the checker's rule {race.rule} ({race.code}) finds that dispose_tensor "
+                f"freed {race.label}'s block during the capture and the graph's pool handed it to a "
+                "routed-expert buffer; nothing orders that write after the shared expert's read on "
+                "the other stream.")
+        elif said == CORRECT:
+            lines.append(f"  {order}: {said}: every replay matched eager and the checker is clean{gpu}.")
+        else:
+            lines.append(f"  {order}: {said}: the shared expert's launches came after "
+                         f"dispose_tensor(x) emptied x on the host, so they froze an empty x{gpu}.")
+    return ("Neither order is safe.\n" + "\n".join(lines) + "\nIssuing the shared expert first "
+            "fixes what the capture freezes, not the order on the device: the fixes of notebook 04 "
+            "that keep x alive (skip the dispose in capture, dispose only the own buffer) are correct.")
 
 
-def _wrong_order(given: str, _: str) -> str:
-    return (f"in the {given} order the simulated replays come out {_order_outcomes()[given]}. Find the "
-            "host statement that changes x (dispose_tensor, a set_) and ask which launches the host "
-            "issues after it, and what they read off the tensor object when they are issued.")
+def _wrong_order(given: dict[str, str], expected: dict[str, str]) -> str:
+    off = [o for o in ORDERS if given[o] != expected[o]]
+    hints = {
+        "shared_first": "shared_first: its replays come out right, in the simulator and on the H200. "
+                        "But dispose_tensor(x) still frees x's block during the capture. Who gets that "
+                        "block next, on which stream, and does any edge order it after the shared "
+                        "expert's read?",
+        "routed_first": "routed_first: find the host statement that changes x (dispose_tensor, a set_) "
+                        "and ask which launches the host issues after it, and what they read off the "
+                        "tensor object when they are issued.",
+    }
+    return f"{len(off)} of 2 wrong ({', '.join(off)}).\n" + "\n".join(f"  {hints[o]}" for o in off)
 
 
 # --------------------------------------------------------------------------- 2 freeze
@@ -428,7 +505,8 @@ def _wrong_report(given: dict[str, Any], expected: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- registry
 EXERCISES: dict[int, Exercise] = {
-    1: Exercise("Which order is safe?", "order", _word(ORDERS, "answer_1"),
+    1: Exercise("Is either order safe?", "order",
+                _record({o: _word(OUTCOME_WORDS, o) for o in ORDERS}),
                 _solve_order, _wrong_order, _right_order),
     2: Exercise("What did the captured node freeze after set_?", "freeze", _pointer,
                 lambda: _frozen_x()[0], _wrong_freeze, _right_freeze),
@@ -444,7 +522,7 @@ EXERCISES: dict[int, Exercise] = {
     7: Exercise("Does issue order change replay time?", "timing", _word(SPEEDS, "answer_7"),
                 _solve_speed, _wrong_speed, _right_speed),
     8: Exercise("Reading a checker report", "report",
-                _record({"tensor": lambda v: str(v).strip("'\" "), "step": _integer, "rule": _integer}),
+                _record({"tensor": _text, "step": _integer, "rule": _integer}),
                 _solve_report, _wrong_report, _right_report),
 }
 
@@ -455,13 +533,14 @@ def expected(number: int) -> Any:
 
 
 def _exercise(number: int) -> Exercise:
-    if number not in EXERCISES:
-        raise ValueError(f"there is no exercise {number!r}; the lab has exercises 1 to {len(EXERCISES)}")
+    if isinstance(number, bool) or number not in EXERCISES:
+        raise NoSuchExercise(f"there is no exercise {number!r}; the lab has exercises 1 to "
+                             f"{len(EXERCISES)}")
     return EXERCISES[number]
 
 
 def check(number: int, answer: Any) -> None:
-    """Print whether ``answer`` is right; raise ``AssertionError`` (with a hint) if it is wrong.
+    """Print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if it is not.
 
     An unanswered placeholder (``...``, ``None``) only prints "not answered yet".
     """
@@ -473,10 +552,15 @@ def check(number: int, answer: Any) -> None:
         detail = f" ({blank})" if str(blank) else ""
         print(f"{head}: not answered yet{detail}. Replace the ... with your prediction and run this cell again.")
         return
-    except AssertionError as bad:
-        raise AssertionError(f"{head}: {bad}") from None
+    except WrongAnswer as bad:
+        raise WrongAnswer(f"{head}: not an answer of the expected kind: {bad}\n"
+                          f"Read: {READ[ex.read]}.") from None
     want = expected(number)
     if given != want:
-        hint = ex.wrong(given, want)
-        raise AssertionError(f"{head}: not yet. {hint[0].upper()}{hint[1:]}\nRead: {READ[ex.read]}.")
+        raise WrongAnswer(f"{head}: not yet. {_capital(ex.wrong(given, want))}\n"
+                          f"Read: {READ[ex.read]}.")
     print(f"{head}: right. {ex.right(want)}")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

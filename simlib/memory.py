@@ -12,12 +12,24 @@ in the respects that matter here:
   pool, and blocks freed during the capture go back to that pool, so a stale
   pointer frozen in one node can alias a newer tensor written by another.
 
+* ``record_stream``: a block freed while other streams have recorded uses is
+  not handed out again until the work those streams had queued when it was
+  freed is done (PyTorch records an event on each and polls them at the next
+  allocation). During a capture the allocator may not poll events, so such a
+  block is *held* until the capture ends: it is not handed out again inside
+  the capture at all. When the capture ends, the uses recorded during it are
+  dropped (the capture joined those streams back, so their captured work is
+  ordered before anything that follows), and uses recorded before it wait for
+  their streams' work queued at that moment (PyTorch's
+  ``needs_events_deferred_until_no_capture``, default allocator settings).
+
 Not modelled: splitting and merging blocks (a freed block is reused only for
 the same rounded size), the small/large pool split, and returning memory to
 the driver.
 
 ``DeviceMemory`` holds what each address range contains, as symbolic values.
-Freed memory keeps its contents: a stale read sees whatever is there now.
+Freed memory keeps its contents: a stale read sees whatever is there now, and
+a read past the end of a block reads whatever its neighbours hold.
 """
 
 from __future__ import annotations
@@ -62,6 +74,8 @@ class Storage:
     pool: str
     refs: int = 0
     freed: bool = False
+    # record_stream: stream name -> recorded while a capture was underway
+    stream_uses: dict[str, bool] | None = None
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"refs={self.refs}"
@@ -70,16 +84,24 @@ class Storage:
 
 @dataclass
 class CachingAllocator:
-    """Per-pool bump allocation plus per-(pool, stream, size) free lists."""
+    """Per-pool bump allocation plus per-(pool, stream, size) free lists.
+
+    ``_pending`` holds blocks freed with recorded stream uses, each with the
+    device time at which the work of those streams is done; an allocation at
+    host time ``now`` first returns every block whose time has come.
+    """
 
     _next: dict[str, int] = field(default_factory=dict)
     _cached: dict[tuple[str, str, int], list[int]] = field(default_factory=dict)
+    _pending: list[tuple[float, int, int, str, str]] = field(default_factory=list)
 
-    def allocate(self, nbytes: int, stream: str, pool: str) -> int:
+    def allocate(self, nbytes: int, stream: str, pool: str, now: float = 0.0) -> int:
         if nbytes < 0:
             raise ValueError(f"cannot allocate {nbytes} bytes; sizes must be >= 0")
         if nbytes == 0:
             return 0
+        if self._pending:
+            self._settle(now)
         size = round_size(nbytes)
         cached = self._cached.get((pool, stream, size))
         if cached:
@@ -88,10 +110,27 @@ class CachingAllocator:
         self._next[pool] = ptr + size
         return ptr
 
+    def cached(self, nbytes: int, stream: str, pool: str, now: float = 0.0) -> bool:
+        """Would ``allocate`` reuse a cached block (rather than ask the driver, cudaMalloc)?"""
+        if self._pending:
+            self._settle(now)
+        return nbytes == 0 or bool(self._cached.get((pool, stream, round_size(nbytes))))
+
     def release(self, ptr: int, nbytes: int, stream: str, pool: str) -> None:
         if ptr == 0:
             return
         heapq.heappush(self._cached.setdefault((pool, stream, round_size(nbytes)), []), ptr)
+
+    def release_after(self, until: float, ptr: int, nbytes: int, stream: str, pool: str) -> None:
+        """Cache the block once device time ``until`` has passed (record_stream's events)."""
+        if ptr:
+            heapq.heappush(self._pending, (until, ptr, nbytes, stream, pool))
+
+    def _settle(self, now: float) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            _, ptr, nbytes, stream, pool = heapq.heappop(pending)
+            self.release(ptr, nbytes, stream, pool)
 
 
 def _pool_base(pool: str) -> int:
@@ -102,12 +141,12 @@ def _pool_base(pool: str) -> int:
 
 @dataclass
 class DeviceMemory:
-    """Symbolic contents of device memory, by address range."""
+    """Symbolic contents of device memory, by address range: (size, value, who wrote it)."""
 
-    _regions: dict[int, tuple[int, Expr]] = field(default_factory=dict)
+    _regions: dict[int, tuple[int, Expr, str]] = field(default_factory=dict)
     _starts: list[int] = field(default_factory=list)
 
-    def write(self, ptr: int, nbytes: int, value: Expr) -> None:
+    def write(self, ptr: int, nbytes: int, value: Expr, label: str = "") -> None:
         end = ptr + nbytes
         i = max(bisect.bisect_right(self._starts, ptr) - 1, 0)
         while i < len(self._starts) and self._starts[i] < end:
@@ -117,20 +156,34 @@ class DeviceMemory:
                 del self._starts[i]
             else:
                 i += 1
-        self._regions[ptr] = (nbytes, value)
+        self._regions[ptr] = (nbytes, value, label)
         bisect.insort(self._starts, ptr)
 
     def read(self, ptr: int, nbytes: int) -> Expr:
+        """What ``nbytes`` at ``ptr`` hold: one write's value (or a slice of it), else garbage
+        made of every write the range runs into (a read past the end of a block reads its
+        neighbours; no fault, only pointer 0 faults)."""
         exact = self._regions.get(ptr)
         if exact is not None and exact[0] == nbytes:
             return exact[1]
-        i = bisect.bisect_right(self._starts, ptr) - 1
+        starts, end = self._starts, ptr + nbytes
+        i = bisect.bisect_right(starts, ptr) - 1
         if i >= 0:
-            start = self._starts[i]
-            size, value = self._regions[start]
-            if start + size >= ptr + nbytes:
+            start = starts[i]
+            size, value, _ = self._regions[start]
+            if start + size >= end:
                 off = ptr - start
                 return Call(f"bytes[{off}:{off + nbytes}]", (value,))
-            if start + size > ptr:
-                return Garbage(f"bytes at {hex(ptr)} mix several writes")
-        return Garbage(f"uninitialised memory at {hex(ptr)}")
+            if start + size <= ptr:
+                i += 1
+        else:
+            i = 0
+        pieces = []
+        while i < len(starts) and starts[i] < end:
+            pieces.append(self._regions[starts[i]])
+            i += 1
+        if not pieces:
+            return Garbage(f"uninitialised memory at {hex(ptr)}")
+        labels = ", ".join(dict.fromkeys(label or "?" for _, _, label in pieces))
+        return Garbage(f"{nbytes} bytes at {hex(ptr)} run into {labels}",
+                       tuple(value for _, value, _ in pieces))

@@ -19,7 +19,7 @@ an Axes costs ~12 ms to create before anything is drawn in it. So a
 added to the figure, and every label, titles included, is a
 ``TextCollection`` of cached glyph outlines. Each collection's ``gid`` says
 what it is (``"title"``, ``"lanes"``, ``"lane:main"``, ``"cells"``...), and a
-``TextCollection`` keeps its strings, for tests and readers.
+``TextCollection`` keeps its strings and their sizes, for tests and readers.
 """
 
 from __future__ import annotations
@@ -42,11 +42,15 @@ from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import (Affine2D, Bbox, BboxTransformFrom, BboxTransformTo, Transform,
                                    TransformedBbox, blended_transform_factory)
 
+from .checker import Finding, check
+from .glossary import CAPTURE_ERROR_PREFIX, ILLEGAL_ADDRESS, UNORDERED, badge, term, words
+from .latency import CROSS_STREAM, PDL, replay_timing
 from .memory import short_ptr
-from .spec import CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG
+from .profiles import PROFILES
 from .trace import (Alloc, Arg, Capture, DeviceSpan, EventOp, Fault, Free, Launch, Mutation,
                     Record, SkippedLaunch, Trace)
 from .values import render
+from .verdict import races, verdict
 
 if TYPE_CHECKING:
     from .scenarios import ScenarioResult
@@ -63,9 +67,11 @@ ROLE_COLOURS = {
     "merge": OKABE_ITO["black"], "fill": GREY, "other": "#BBBBBB",
 }
 ROLE_NAMES = {"copy": "copy / permute", "merge": "merge (residual add)"}
-OUTCOME_COLOURS = {CORRECT: OKABE_ITO["green"], SILENT_WRONG: DANGER, ILLEGAL_ADDRESS: DANGER}
-_DARK = {OKABE_ITO["blue"], OKABE_ITO["black"], OKABE_ITO["green"], OKABE_ITO["purple"]}
 SANS, MONO = "DejaVu Sans", "DejaVu Sans Mono"   # shipped with matplotlib: same look everywhere
+# Text sizes in points. A notebook shows a 13-inch figure at 100 dpi about 1200 px wide, so
+# 9 pt stays readable there: box text, table cells, legends and lane names are never smaller.
+TEXT_PT = 9.0
+SMALL_PT = 8.5       # tick labels, kernel names above their bars
 
 
 # ================================================================ labels as glyph outlines
@@ -85,11 +91,13 @@ class Label(NamedTuple):
 
 
 class TextCollection(PathCollection):
-    """Labels drawn as one collection of glyph outlines; ``strings`` keeps their text."""
+    """Labels drawn as one collection of glyph outlines; ``strings`` and ``sizes`` (pt) kept."""
 
-    def __init__(self, strings: Sequence[str], paths: Sequence[Path], **kwargs) -> None:
+    def __init__(self, strings: Sequence[str], paths: Sequence[Path], *,
+                 sizes_pt: Sequence[float] = (), **kwargs) -> None:
         super().__init__(paths, **kwargs)
         self.strings = list(strings)
+        self.sizes_pt = list(sizes_pt)
 
 
 _GLYPH_PT = 10.0      # glyphs are cached at 10 pt and scaled per label
@@ -170,7 +178,7 @@ def draw_labels(fig: Figure, labels: Sequence[Label], anchors: Transform, *, gid
     """Add ``labels`` (anchored in ``anchors``' coordinates) as one ``TextCollection``."""
     paths = [_outline(lb.text, lb.size, lb.weight, lb.ha, lb.va, lb.family, lb.rotation)
              for lb in labels]
-    coll = TextCollection([lb.text for lb in labels], paths,
+    coll = TextCollection([lb.text for lb in labels], paths, sizes_pt=[lb.size for lb in labels],
                           offsets=[(lb.x, lb.y) for lb in labels] or np.zeros((0, 2)),
                           offset_transform=anchors, transform=_points(fig),
                           facecolors=[lb.colour for lb in labels], edgecolors="none",
@@ -266,23 +274,23 @@ class Panel:
                     facecolors=colours, edgecolors="none", zorder=2)
 
     def lane_names(self, names: Sequence[str], *, gid: str = "lanes") -> None:
-        self.labels([Label(-0.008, i, n, 8, ha="right", family=MONO) for i, n in enumerate(names)],
-                    gid=gid, anchors=self.left)
+        self.labels([Label(-0.008, i, n, TEXT_PT, ha="right", family=MONO)
+                     for i, n in enumerate(names)], gid=gid, anchors=self.left)
 
     def title(self, text: str) -> None:
-        chars = int(self.rect[2] * self.fig.get_figwidth() * 72 / (8.5 * 0.62))
         self.labels([Label(0.0, 1.0 + 6 / (self.rect[3] * self.fig.get_figheight() * 72),
-                           textwrap.fill(text, chars), 8.5, weight="bold", ha="left",
-                           va="bottom")], gid="panel-title", anchors=self.frac)
+                           _wrap(text, self.rect[2] * self.fig.get_figwidth() * 72, _PANEL_PT),
+                           _PANEL_PT, weight="bold", ha="left", va="bottom")],
+                    gid="panel-title", anchors=self.frac)
 
     def time_axis(self, lo: float, hi: float, caption: str) -> None:
         """Grid lines and tick labels for a time axis along the bottom."""
         ticks = [t for t in MaxNLocator(nbins=10).tick_values(lo, hi) if lo <= t <= hi]
         self.lines([[(t, self.ylim[0]), (t, self.ylim[1])] for t in ticks], gid="grid",
                    colors="#DDDDDD", linewidths=0.6, zorder=0)
-        below = 16 / (self.rect[3] * self.fig.get_figheight() * 72)
-        self.labels([Label(t, -0.02, f"{t:g}", 7, va="top") for t in ticks]
-                    + [Label((lo + hi) / 2, -0.02 - below, caption, 7.5, va="top")],
+        below = 18 / (self.rect[3] * self.fig.get_figheight() * 72)
+        self.labels([Label(t, -0.02, f"{t:g}", SMALL_PT, va="top") for t in ticks]
+                    + [Label((lo + hi) / 2, -0.02 - below, caption, TEXT_PT, va="top")],
                     gid="time-axis", anchors=self.under)
 
 
@@ -307,36 +315,66 @@ class Key:
 
 
 _LINES = ("-", "--")
+_KEY_W = 16.0       # points from a legend entry's mark to its text
 
 
-def _legend(fig: Figure, keys: Sequence[Key], x: float, y: float, *, columns: int = 1,
-            column_width: float = 0.14) -> None:
-    """A legend in figure coordinates, its first entry at (``x``, ``y``)."""
-    step = 13 / (fig.get_figheight() * 72)
-    rows = -(-len(keys) // columns)
-    spots = [(x + (i // rows) * column_width, y - (i % rows) * step) for i in range(len(keys))]
+def _legend(fig: Figure, keys: Sequence[Key], x: float, y: float, *,
+            width: float | None = None) -> None:
+    """A legend in figure coordinates, its first entry at (``x``, ``y``).
+
+    One column, or with ``width`` (a figure fraction) entries left to right,
+    wrapping to a new row where the next one would not fit.
+    """
+    if not keys:
+        return
+    step = 15 / (fig.get_figheight() * 72)
+    per_point = 1 / (fig.get_figwidth() * 72)
+    spots: list[tuple[float, float]] = []
+    cx, cy = x, y
+    for k in keys:
+        size = (_KEY_W + text_width(k.label, TEXT_PT) + 18) * per_point
+        if width is not None and spots and cx + size > x + width:
+            cx, cy = x, cy - step
+        spots.append((cx, cy))
+        if width is None:
+            cy -= step
+        else:
+            cx += size
     marks = [(k, s) for k, s in zip(keys, spots) if k.marker not in _LINES]
-    draw_shapes(fig, [_marker(k.marker, 10 if k.marker == "|" else 8) for k, _ in marks],
-                [s for _, s in marks], fig.transFigure, gid="legend-marks",
-                facecolors=[k.face for k, _ in marks], edgecolors=[k.edge for k, _ in marks],
-                linewidths=1.2)
+    if marks:
+        draw_shapes(fig, [_marker(k.marker, 10 if k.marker == "|" else 8) for k, _ in marks],
+                    [s for _, s in marks], fig.transFigure, gid="legend-marks",
+                    facecolors=[k.face for k, _ in marks], edgecolors=[k.edge for k, _ in marks],
+                    linewidths=1.2)
     lines = [(k, s) for k, s in zip(keys, spots) if k.marker in _LINES]
     if lines:
         draw_shapes(fig, [Path([(-6, 0), (6, 0)])] * len(lines), [s for _, s in lines],
                     fig.transFigure, gid="legend-lines", facecolors="none",
                     edgecolors=[k.face for k, _ in lines], linewidths=1.0,
                     linestyles=[k.marker for k, _ in lines])
-    pad = 10 / (fig.get_figwidth() * 72)
-    draw_labels(fig, [Label(sx + pad, sy, k.label, 7.5, ha="left")
+    draw_labels(fig, [Label(sx + 10 * per_point, sy, k.label, TEXT_PT, ha="left")
                       for k, (sx, sy) in zip(keys, spots)], fig.transFigure, gid="legend")
+
+
+_TITLE_PT = 11.0
+_PANEL_PT = 10.0
+
+
+def _wrap(text: str, width_pt: float, size: float) -> str:
+    return textwrap.fill(text, int(width_pt / (size * 0.62)), break_on_hyphens=False)
+
+
+def _title_in(text: str, width_in: float) -> float:
+    """Inches the figure's title takes at the top of a figure ``width_in`` wide."""
+    lines = _wrap(text, width_in * 72 * 0.9, _TITLE_PT).count("\n") + 1
+    return (text_height(lines, _TITLE_PT) + 14) / 72
 
 
 def _title(fig: Figure, text: str) -> None:
     """The figure's takeaway, bold across the top (wrapped to the figure's width)."""
-    chars = int(fig.get_figwidth() * 72 * 0.9 / (11 * 0.62))
     top = 1 - 8 / (fig.get_figheight() * 72)
-    draw_labels(fig, [Label(0.5, top, textwrap.fill(text, chars), 11, weight="bold", va="top")],
-                fig.transFigure, gid="title")
+    draw_labels(fig, [Label(0.5, top, _wrap(text, fig.get_figwidth() * 72 * 0.9, _TITLE_PT),
+                            _TITLE_PT, weight="bold", va="top")], fig.transFigure, gid="title")
 
 
 # ================================================================ reading a trace
@@ -360,6 +398,13 @@ def _tint(colour: str, amount: float = 0.78) -> tuple[float, float, float]:
     return (r + (1 - r) * amount, g + (1 - g) * amount, b + (1 - b) * amount)
 
 
+def _ink(colour: str) -> str:
+    """Black or white, whichever contrasts more with ``colour`` (WCAG relative luminance)."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(colour)]
+    lum = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return "black" if (lum + 0.05) / 0.05 >= 1.05 / (lum + 0.05) else "white"
+
+
 def _streams(trace: Trace) -> list[str]:
     """Streams in order of first use."""
     seen: dict[str, None] = {}
@@ -367,6 +412,11 @@ def _streams(trace: Trace) -> list[str]:
         if isinstance(r, (Launch, SkippedLaunch, DeviceSpan, EventOp)) and r.stream is not None:
             seen.setdefault(r.stream)
     return list(seen)
+
+
+def _and(names: Sequence[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 class _Blocks:
@@ -400,24 +450,62 @@ def arg_problem(arg: Arg, blocks: _Blocks | None = None) -> str | None:
     return None
 
 
+def _reused_block(records: Sequence[Record], graph: int, ptr: int | None = None) -> Alloc | None:
+    """The first allocation that got a block freed during the capture of ``graph`` (of ``ptr``)."""
+    freed: set[int] = set()
+    for r in records:
+        if isinstance(r, Free) and r.graph == graph and ptr in (None, r.ptr):
+            freed.add(r.ptr)
+        elif isinstance(r, Alloc) and r.ptr in freed and r.pool != "default":
+            return r
+    return None
+
+
+def _full_pointers(full: bool | None, trace: Trace, graph: int) -> bool:
+    """Full addresses where asked, or (``None``) where the capture reuses a freed block.
+
+    When the pool hands one block out twice, the equal addresses are the point,
+    and ``0x7e…00000`` would hide whether they are equal.
+    """
+    return _reused_block(trace.records, graph) is not None if full is None else full
+
+
+def _ptr(ptr: int, full: bool) -> str:
+    if ptr == 0:
+        return "0x0"
+    return hex(ptr) if full else short_ptr(ptr)
+
+
 def _launches(n: int) -> str:
     return f"{n} launch" if n == 1 else f"{n} launches"
 
 
-def _capture_takeaway(records: Sequence[Record], graph: int) -> str:
-    """One sentence: did a host ``set_`` during the capture reach a later launch?"""
+def _race_words(found: Sequence[Finding]) -> str:
+    rules = "; ".join(dict.fromkeys(f"rule {f.rule}, {f.code}" for f in found))
+    return f"{badge(UNORDERED)} the hardware has not lost yet (checker: {rules})"
+
+
+def _capture_takeaway(records: Sequence[Record], graph: int) -> str | None:
+    """One sentence on what the capture got wrong, or ``None`` where it froze only live pointers.
+
+    Did a host ``set_`` during the capture reach a later launch, did the capture
+    fail, did a launch freeze a dead pointer, and (once the capture has ended)
+    does the checker find a race?
+    """
     blocks = _Blocks()
     launches: list[tuple[Launch | SkippedLaunch, bool]] = []
     emptied: list[Mutation] = []
     failed: Capture | None = None
+    ended = False
     for r in records:
         blocks.apply(r)
         if isinstance(r, (Launch, SkippedLaunch)) and r.graph == graph:
             launches.append((r, any(arg_problem(a, blocks) for a in r.args)))
         elif isinstance(r, Mutation) and r.graph == graph and r.new_numel == 0:
             emptied.append(r)
-        elif isinstance(r, Capture) and r.graph == graph and r.error:
-            failed = r
+        elif isinstance(r, Capture) and r.graph == graph:
+            failed = r if r.error else failed
+            ended = ended or r.op == "end"
     if failed is not None:
         after = "".join(f", after {m.label}.{m.op}(empty) at host step {m.step}" for m in emptied)
         return (f"The capture failed ({failed.error}) at host step {failed.step}{after}: "
@@ -435,18 +523,35 @@ def _capture_takeaway(records: Sequence[Record], graph: int) -> str:
     bad = [r for r, problem in launches if problem]
     if bad:
         return f"{len(bad)} captured launch(es) froze a null, empty or freed pointer"
+    if emptied and not ended:
+        m = emptied[0]
+        # Shown up to a host step inside the capture: later launches are still to come.
+        return (f"{m.label}.{m.op}(empty) at host step {m.step}: every launch so far froze a "
+                f"live {m.label}; any launch issued after it freezes an empty {m.label} (0x0)")
+    found = races(check(Trace(list(records)))) if ended else []
     if emptied:
         m = emptied[0]
-        if not any(isinstance(r, Capture) and r.graph == graph and r.op == "end"
-                   for r in records):
-            # Shown up to a host step inside the capture: later launches are still to come.
-            return (f"{m.label}.{m.op}(empty) at host step {m.step}: every launch so far froze a "
-                    f"live {m.label}; any launch issued after it freezes an empty {m.label} (0x0)")
-        return (f"{m.label}.{m.op}(empty) at host step {m.step} came after every launch that "
-                "reads it: the capture froze live pointers only")
-    if launches:
-        return "Every captured launch froze a live pointer"
-    return "Nothing captured yet"
+        said = f"{m.label}.{m.op}(empty) at host step {m.step} came after every launch that reads it"
+        if not found:
+            return said + ": the capture froze live pointers only"
+        reuse = _reused_block(records, graph, m.old_ptr)
+        to = f", which the graph's pool hands to {reuse.label}" if reuse else ""
+        return f"{said}, but it freed {m.label}'s block{to}: {_race_words(found)}"
+    if found:
+        return f"Every captured launch froze a live pointer, but {_race_words(found)}"
+    return None
+
+
+def _capture_title(records: Sequence[Record], graph: int) -> str:
+    """The capture's takeaway, or what it froze when nothing went wrong."""
+    said = _capture_takeaway(records, graph)
+    if said:
+        return said
+    nodes = [r for r in records if isinstance(r, Launch) and r.graph == graph]
+    if not nodes:
+        return "Nothing captured yet"
+    streams = list(dict.fromkeys(r.stream for r in nodes))
+    return f"The capture froze {_launches(len(nodes))} on {_and(streams)}, every pointer live"
 
 
 def _role_keys(roles: Iterable[str]) -> list[Key]:
@@ -456,9 +561,11 @@ def _role_keys(roles: Iterable[str]) -> list[Key]:
 
 # ================================================================ 1. timeline
 _BAR_H = 0.5
+_LANE_IN = 0.42          # inches per lane
 
 
-def timeline(trace: Trace, *, step: int | None = None, fig: Figure | None = None) -> Figure:
+def timeline(trace: Trace, *, step: int | None = None, takeaway: str | None = None,
+             fig: Figure | None = None) -> Figure:
     """Swimlanes: the host's steps and each stream's eager kernels, then the first replay.
 
     The upper panel is one clock for host and device: host launches as ticks
@@ -466,42 +573,154 @@ def timeline(trace: Trace, *, step: int | None = None, fig: Figure | None = None
     vermillion cross, event waits as small triangles, the capture shaded and
     each graph replay as one bar. The lower panel zooms into the first replay:
     the kernels the graph really runs, per stream, with dashed arrows for
-    cross-stream dependencies.
+    cross-stream dependencies and a note where the graph executor started a
+    branch late. A trace without a capture has neither the replay lane nor the
+    lower panel. The title is ``takeaway``, or says what the picture shows: what
+    the capture got wrong, else how the replay's time is spent, else (no
+    capture) what ran eagerly.
     """
     records = _until(trace, step)
     streams = _streams(trace)
+    captured = any(isinstance(r, Capture) for r in trace.records)
+    eager = [s for s in streams if any(isinstance(r, DeviceSpan) and r.phase == "eager"
+                                       and r.stream == s for r in trace.records)]
     graph_streams = [s for s in streams if any(
         isinstance(r, (Launch, SkippedLaunch)) and r.graph is not None and r.stream == s
         for r in trace.records)] or streams[:1]
-    lanes = ["host", *streams, "graph replays"]
-    fig = _figure(fig, (13.0, 2.6 + 0.45 * (len(lanes) + len(graph_streams))))
-    unit = 0.62 / (len(lanes) + len(graph_streams) + 0.6)
-    t_end = max((max(r.t_us, getattr(r, "end_us", 0.0)) for r in trace.records), default=1.0)
-    top = Panel(fig, (0.11, 0.86 - unit * len(lanes), 0.72, unit * len(lanes)),
-                (0, t_end * 1.01), (len(lanes) - 0.5, -0.7))
-    bottom = Panel(fig, (0.11, 0.12, 0.72, unit * (len(graph_streams) + 0.6)),
-                   (0, 1), (len(graph_streams) - 0.4, -0.9))
-    launches = {r.id: r for r in trace.of(Launch)}
-    roles = _host_panel(top, records, lanes, launches)
-    _replay_panel(bottom, records, graph_streams, launches)
+    lanes = ["host", *eager] + (["graph replays"] if captured else [])
     graph = next((r.graph for r in trace.of(Capture)), 0)
-    _title(fig, _capture_takeaway(records, graph))
-    _legend(fig, _role_keys(roles) + [
-        Key("host: launch", "|", "black", "black"),
-        Key("host: launch skipped", "o", "none", GREY),
-        Key("host: set_ (dispose)", "X", DANGER),
-        Key("host: event wait", "v", "black"),
-        Key("capture (nothing runs)", "s", _tint(GREY, 0.75)),
-        Key("cross-stream dependency", "--", "black"),
-    ], 0.855, 0.8)
+    launches = {r.id: r for r in trace.of(Launch)}
+    title = takeaway or _timeline_takeaway(trace, records, graph, captured)
+
+    top_in, mid_in, foot_in = _LANE_IN * (len(lanes) + 0.2), 0.95, 0.6
+    head_in = _title_in(title, 13.0) + 0.4
+    # A late branch start gets a row of its own above the replay's lanes.
+    note_rows = 0.45 if _late_starts(trace, _replay_spans(records)) else 0.0
+    low_in = _LANE_IN * 1.15 * (len(graph_streams) + 0.5 + note_rows) if captured else 0.0
+    roles = {r.role for r in trace.records if isinstance(r, (Launch, SkippedLaunch))}
+    keys_in = (len(roles) + 6) * 15 / 72          # room for the legend
+    height = max(head_in + top_in + (mid_in + low_in if captured else 0.0) + foot_in,
+                 keys_in + 0.9)
+    fig = _figure(fig, (13.0, height))
+    top = Panel(fig, (0.11, 1 - (head_in + top_in) / height, 0.72, top_in / height),
+                (0, max((max(r.t_us, getattr(r, "end_us", 0.0)) for r in trace.records),
+                        default=1.0) * 1.01), (len(lanes) - 0.5, -0.7))
+    drawn = _host_panel(top, records, lanes, eager, launches)
+    if captured:
+        bottom = Panel(fig, (0.11, foot_in / height, 0.72, low_in / height),
+                       (0, 1), (len(graph_streams) - 0.4, -0.9 - note_rows))
+        drawn |= _replay_panel(bottom, trace, records, graph_streams, launches)
+    _title(fig, title)
+    keys = _role_keys(r for r in drawn if r in ROLE_COLOURS) + [key for name, key in (
+        ("launch", Key("host: launch", "|", "black", "black")),
+        ("skipped", Key("host: launch skipped", "o", "none", GREY)),
+        ("set_", Key("host: set_ (dispose)", "X", DANGER)),
+        ("wait", Key("host: event wait", "v", "black")),
+        ("capture", Key("capture (nothing runs)", "s", _tint(GREY, 0.75))),
+        ("cross-stream", Key("cross-stream dependency", "--", "black")),
+    ) if name in drawn]
+    _legend(fig, keys, 0.855, 1 - (head_in + 0.1) / height)
     return fig
 
 
-def _host_panel(p: Panel, records: Sequence[Record], lanes: list[str],
+def _timeline_takeaway(trace: Trace, records: Sequence[Record], graph: int,
+                       captured: bool) -> str:
+    if not captured:
+        return _eager_takeaway(records)
+    return (_capture_takeaway(records, graph) or _replay_takeaway(trace, records, graph)
+            or _capture_title(records, graph))
+
+
+def _eager_takeaway(records: Sequence[Record]) -> str:
+    """No capture: how many launches, on which streams, until when, and the widest overlap."""
+    launches = {r.id: r for r in records if isinstance(r, Launch)}
+    spans = [r for r in records if isinstance(r, DeviceSpan) and r.phase == "eager"]
+    if not launches:
+        return "No capture and nothing launched yet"
+    streams = list(dict.fromkeys(s.stream for s in spans))
+    said = (f"No capture, eager only: the host issued {_launches(len(launches))} by "
+            f"{max(r.t_us for r in launches.values()):.1f} µs")
+    if spans:
+        said += (f"; the device ran them on {_and(streams)} until "
+                 f"{max(s.end_us for s in spans):.1f} µs")
+    overlaps = [(min(a.end_us, b.end_us) - max(a.start_us, b.start_us), a, b)
+                for i, a in enumerate(spans) for b in spans[i + 1:] if a.stream != b.stream]
+    width, a, b = max(overlaps, key=lambda o: o[0], default=(0.0, None, None))
+    if a is not None and width > 0:
+        said += (f"; {launches[a.launch].kernel} on {a.stream} and {launches[b.launch].kernel} "
+                 f"on {b.stream} overlap for {width:.1f} µs")
+    return said
+
+
+def _replay_takeaway(trace: Trace, records: Sequence[Record], graph: int) -> str | None:
+    """Replay 0 in one sentence: its time, how its last kernel waited, a late branch."""
+    spans = _replay_spans(records)
+    if not spans:
+        return None
+    try:
+        step_us, _, path = replay_timing(Trace(list(records)), graph)
+    except ValueError:   # replay spans of another graph than the one captured first
+        return None
+    streams = list(dict.fromkeys(s.stream for s in spans))
+    said = f"Replay 0 runs {len(spans)} kernels on {_and(streams)} in {step_us:.1f} µs"
+    if len(path) > 1:
+        last, prev = path[-1], path[-2]
+        kernels = {n.label: n.kernel for n in trace.launches(graph)}   # the bars' names
+        name, before = (kernels.get(step.label, step.label) for step in (last, prev))
+        if last.via == PDL:
+            said += (f"; its last, {name}, starts {-last.gap_us:.1f} µs before {before} ends (PDL)"
+                     if last.gap_us < 0 else f"; its last, {name}, follows {before} with no gap (PDL)")
+        elif last.via == CROSS_STREAM:
+            said += (f"; its last, {name} on {last.stream}, waits for {before} on {prev.stream} "
+                     "(a cross-stream join)")
+        else:
+            said += f"; its last, {name}, follows {before} on {last.stream} ({last.gap_us:.1f} µs gap)"
+    late = _late_starts(trace, spans)
+    if late:
+        said += f"; the branch captured second starts {_late_words(trace)} late"
+    return said
+
+
+def _replay_spans(records: Sequence[Record]) -> list[DeviceSpan]:
+    return [r for r in records if isinstance(r, DeviceSpan) and r.phase == "replay"
+            and r.replay == 0]
+
+
+def _late_starts(trace: Trace, spans: Sequence[DeviceSpan]) -> list[tuple[DeviceSpan, float]]:
+    """Replay kernels the graph executor held back: each with the time its inputs were ready.
+
+    A replay's first kernel on a newly opened executor stream starts
+    ``graph_branch_launch_us`` after the replay began (``simlib.runtime``), later
+    than its dependencies allow. Found only where the trace names its profile.
+    """
+    profile = PROFILES.get(trace.meta.get("profile", ""))
+    if profile is None or not spans:
+        return []
+    deps = {r.id: r.deps for r in trace.of(Launch)}
+    by_launch = {s.launch: s for s in spans}
+    t0 = min(s.start_us for s in spans)
+    slack = profile.graph_node_gap_us + profile.cross_stream_gap_us + 1e-6
+    late = []
+    for s in spans:
+        ready = max([t0] + [by_launch[d].end_us for d in deps.get(s.launch, ()) if d in by_launch])
+        if (s.start_us - ready > slack
+                and abs(s.start_us - t0 - profile.graph_branch_launch_us) < 1e-6):
+            late.append((s, ready))
+    return late
+
+
+def _late_words(trace: Trace) -> str:
+    return f"~{PROFILES[trace.meta['profile']].graph_branch_launch_us:.0f} µs"
+
+
+def _host_panel(p: Panel, records: Sequence[Record], lanes: list[str], eager: list[str],
                 launches: dict[int, Launch]) -> set[str]:
+    """Draw the upper panel; return what it drew (roles, and legend names)."""
     p.lane_names(lanes)
-    p.title("Host program, eager kernels and graph replays (one clock)")
+    p.title("Host program, eager kernels" + (" and graph replays" if "graph replays" in lanes
+                                             else "") + " (one clock)")
     p.time_axis(0, p.xlim[1] / 1.01, "host and device time (µs)")
+    drawn: set[str] = set()
     notes: list[Label] = []
     begin: dict[int, float] = {}
     for r in records:
@@ -511,52 +730,61 @@ def _host_panel(p: Panel, records: Sequence[Record], lanes: list[str],
             notes.append(_shade_capture(p, begin.pop(r.graph), r.t_us, r.error, len(lanes)))
     for t in begin.values():   # a capture still open at ``step``
         notes.append(_shade_capture(p, t, records[-1].t_us, None, len(lanes)))
+    if any(isinstance(r, Capture) for r in records):
+        drawn.add("capture")
 
     host = [r for r in records if isinstance(r, Launch)]
     if host:
         p.marks([(r.t_us, 0) for r in host], "|", 12, gid="host-launches", face="none",
                 edge=[role_colour(r.role) for r in host])
+        drawn |= {"launch"} | {r.role for r in host}
     skipped = [r for r in records if isinstance(r, SkippedLaunch)]
     if skipped:
         p.marks([(r.t_us, 0) for r in skipped], "o", 6, gid="host-skipped", face="none", edge=GREY)
+        drawn.add("skipped")
     waits = [r for r in records if isinstance(r, EventOp) and r.op == "wait"]
     if waits:
         p.marks([(r.t_us, 0.3) for r in waits], "v", 4.5, gid="host-waits")
+        drawn.add("wait")
     mutations = [r for r in records if isinstance(r, Mutation)]
     if mutations:
         p.marks([(r.t_us, 0) for r in mutations], "X", 9, gid="host-mutations", face=DANGER,
                 zorder=4)
+        drawn.add("set_")
     notes += _spaced([Label(m.t_us, -0.33, f"{m.label}.{m.op}("
                             f"{'empty' if m.new_numel == 0 else short_ptr(m.new_ptr)})",
-                            7, DANGER, va="bottom") for m in mutations], p.points_per_unit()[0])
+                            TEXT_PT, DANGER, va="bottom") for m in mutations],
+                     p.points_per_unit()[0])
 
-    for lane, stream in enumerate(lanes[1:-1], start=1):
+    for lane, stream in enumerate(eager, start=1):
         spans = [r for r in records if isinstance(r, DeviceSpan) and r.phase == "eager"
                  and r.stream == stream]
         if spans:
             p.bars([(s.start_us, s.end_us - s.start_us) for s in spans], lane, _BAR_H,
                    [role_colour(launches[s.launch].role) for s in spans], gid=f"lane:{stream}")
-    lane = len(lanes) - 1
-    extents = _replay_extents(records)
-    if extents:
-        p.bars([(a, b - a) for _, a, b in extents], lane, _BAR_H, _tint(GREY, 0.4),
-               gid="lane:graph replays")
-        notes += [Label((a + b) / 2, lane, f"replay {i}", 7) for i, a, b in extents]
-    faults = [r for r in records if isinstance(r, Fault)]
-    if faults:
-        p.marks([(f.t_us, lane) for f in faults], "*", 12, gid="faults", face=DANGER, zorder=4)
-        notes += [Label(f.t_us, lane + 0.3, f.error, 7, DANGER, ha="right", va="top")
-                  for f in faults]
+            drawn |= {launches[s.launch].role for s in spans}
+    if "graph replays" in lanes:
+        lane = len(lanes) - 1
+        extents = _replay_extents(records)
+        if extents:
+            p.bars([(a, b - a) for _, a, b in extents], lane, _BAR_H, _tint(GREY, 0.4),
+                   gid="lane:graph replays")
+            notes += [Label((a + b) / 2, lane, f"replay {i}", SMALL_PT) for i, a, b in extents]
+        faults = [r for r in records if isinstance(r, Fault)]
+        if faults:
+            p.marks([(f.t_us, lane) for f in faults], "*", 12, gid="faults", face=DANGER,
+                    zorder=4)
+            notes += [Label(f.t_us, lane + 0.3, f.error, TEXT_PT, DANGER, ha="right", va="top")
+                      for f in faults]
     p.labels(notes, gid="host-notes")
-    return {r.role for r in host} | {launches[r.launch].role for r in records
-                                      if isinstance(r, DeviceSpan)}
+    return drawn
 
 
 def _shade_capture(p: Panel, begin: float, end: float, error: str | None, lanes: int) -> Label:
     p.bars([(begin, end - begin)], (lanes - 1.2) / 2, lanes + 0.2, _tint(GREY, 0.75),
            gid="capture", zorder=0.5)
     note = "capture" if error is None else f"capture failed: {error}"
-    return Label(begin + (end - begin) * 0.02, lanes - 0.55, note, 7,
+    return Label(begin + (end - begin) * 0.02, lanes - 0.55, note, SMALL_PT,
                  DANGER if error else "black", ha="left", va="bottom")
 
 
@@ -569,10 +797,10 @@ def _replay_extents(records: Sequence[Record]) -> list[tuple[int, float, float]]
     return [(i, a, b) for i, (a, b) in sorted(extents.items())]
 
 
-def _replay_panel(p: Panel, records: Sequence[Record], streams: list[str],
-                  launches: dict[int, Launch]) -> None:
-    spans = [r for r in records if isinstance(r, DeviceSpan) and r.phase == "replay"
-             and r.replay == 0]
+def _replay_panel(p: Panel, trace: Trace, records: Sequence[Record], streams: list[str],
+                  launches: dict[int, Launch]) -> set[str]:
+    """Draw the lower panel (replay 0); return what it drew (roles, legend names)."""
+    spans = _replay_spans(records)
     if spans:
         t0 = min(s.start_us for s in spans)
         t1 = max(s.end_us for s in spans) - t0
@@ -583,9 +811,9 @@ def _replay_panel(p: Panel, records: Sequence[Record], streams: list[str],
         failed = next((r.error for r in records if isinstance(r, Capture) and r.error), None)
         note = (f"no replay: the capture failed ({failed})" if failed
                 else "no replay yet at this host step")
-        p.labels([Label(0.5, 0.5, note, 9, DANGER if failed else GREY)], gid="replay-notes",
-                 anchors=p.frac)
-        return
+        p.labels([Label(0.5, 0.5, note, TEXT_PT, DANGER if failed else GREY)],
+                 gid="replay-notes", anchors=p.frac)
+        return set()
     p.time_axis(0, t1, "device time since the replay's first kernel (µs)")
     lane_of = {s: i for i, s in enumerate(streams)}
     by_launch = {s.launch: s for s in spans}
@@ -597,7 +825,7 @@ def _replay_panel(p: Panel, records: Sequence[Record], streams: list[str],
             skipped = sum(isinstance(r, SkippedLaunch) and r.stream == stream
                           and r.graph is not None for r in records)
             why = f": the host skipped {skipped} launch(es) at capture" if skipped else ""
-            notes.append(Label(0, lane, f"nothing captured on {stream}{why}", 8,
+            notes.append(Label(0, lane, f"nothing captured on {stream}{why}", TEXT_PT,
                                DANGER if skipped else GREY, ha="left"))
             continue
         p.bars([(s.start_us - t0, s.end_us - s.start_us) for s in mine], lane, _BAR_H,
@@ -606,6 +834,7 @@ def _replay_panel(p: Panel, records: Sequence[Record], streams: list[str],
         if len(spans) <= 60:
             notes += _bar_names(mine, lane, t0, px, launches)
     p.labels(notes, gid="replay-notes")
+    _late_start_notes(p, trace, spans, lane_of, t0)
     lines = []
     for s in spans:
         for d in launches[s.launch].deps:
@@ -615,6 +844,28 @@ def _replay_panel(p: Panel, records: Sequence[Record], streams: list[str],
                 lines.append([(dep.end_us - t0, lane_of[dep.stream]),
                               (s.start_us - t0, lane_of[s.stream] + (1 if up else -1) * _BAR_H / 2)])
     p.arrows(lines, ["black"] * len(lines), [True] * len(lines), gid="cross-stream")
+    return {launches[s.launch].role for s in spans} | ({"cross-stream"} if lines else set())
+
+
+def _late_start_notes(p: Panel, trace: Trace, spans: Sequence[DeviceSpan],
+                      lane_of: dict[str, int], t0: float) -> None:
+    """Mark each kernel the executor held back: a dotted span from ready to start, and why."""
+    late = _late_starts(trace, spans)
+    if not late:
+        return
+    # A bracket over the wait, from the row above the lanes (``timeline`` makes room for it)
+    # down to the held-back bar's lane, and the reason on that row.
+    row = p.ylim[1] + 0.3
+    lines, notes = [], []
+    for s, ready in late:
+        lane = lane_of[s.stream]
+        a, b = ready - t0, s.start_us - t0
+        lines += [[(a, row), (b, row)], [(a, row), (a, lane)], [(b, row), (b, lane - _BAR_H / 2)]]
+        notes.append(Label(a, row - 0.05, "graph executor opens a second stream: "
+                           f"{_late_words(trace)} late start", TEXT_PT, DANGER, ha="left",
+                           va="bottom"))
+    p.lines(lines, gid="late-start", colors=DANGER, linewidths=1.2, linestyles=":", zorder=3)
+    p.labels(notes, gid="late-start-notes")
 
 
 def _bar_names(spans: list[DeviceSpan], lane: int, t0: float, points_per_us: float,
@@ -624,13 +875,12 @@ def _bar_names(spans: list[DeviceSpan], lane: int, t0: float, points_per_us: flo
     for s in spans:
         node = launches[s.launch]
         mid = (s.start_us + s.end_us) / 2 - t0
-        if text_width(node.kernel, 7) + 4 < (s.end_us - s.start_us) * points_per_us:
-            colour = "white" if role_colour(node.role) in _DARK else "black"
-            inside.append(Label(mid, lane, node.kernel, 7, colour))
+        if text_width(node.kernel, SMALL_PT) + 4 < (s.end_us - s.start_us) * points_per_us:
+            inside.append(Label(mid, lane, node.kernel, SMALL_PT, _ink(role_colour(node.role))))
         else:
-            above.append(Label(mid, lane - _BAR_H / 2 - 0.04, node.kernel, 6.5, va="bottom"))
+            above.append(Label(mid, lane - _BAR_H / 2 - 0.04, node.kernel, 8, va="bottom"))
     low = _spaced(above, points_per_us)
-    high = _spaced([lb._replace(y=lb.y - 0.26) for lb in above if lb not in low], points_per_us)
+    high = _spaced([lb._replace(y=lb.y - 0.28) for lb in above if lb not in low], points_per_us)
     return inside + low + high
 
 
@@ -647,6 +897,11 @@ def _spaced(labels: list[Label], points_per_unit: float, gap: float = 4.0) -> li
 
 
 # ================================================================ 2. captured graph
+_NODE_PT = TEXT_PT
+_NODE_PAD = 4.0          # points between a node's text and its box
+_STREAMS_IN = 0.35       # inches above level 0 for the stream names
+
+
 @dataclass
 class _Node:
     record: Launch | SkippedLaunch
@@ -660,33 +915,93 @@ class _Node:
 
 
 @dataclass
+class _Edge:
+    """A graph edge (indices into the nodes): stream order, or an event between streams.
+
+    ``via`` names the stream an event edge went through when both its ends sit
+    on one stream (a fork and join around a stream that captured nothing).
+    """
+
+    src: int
+    dst: int
+    event: bool
+    via: str | None = None
+
+
+@dataclass
 class _Layout:
     nodes: list[_Node]
     streams: list[str]
-    edges: list[tuple[int, int]]          # indices into nodes: (dependency, dependent)
+    edges: list[_Edge]
     levels: int
     title: str
+    full: bool                            # full addresses, not 0x7e…00000
+    label_width: int                      # characters of the widest argument label
+    captured: dict[str, bool]             # stream -> captured a node (not only skipped ones)
+    raced: dict[int, int]                 # address -> rule of a race the checker found on it
+
+    def pointer_column(self) -> int:
+        """Characters before an argument line's pointer: access, label, spaces."""
+        return self.label_width + 4
+
+    def node_text(self, node: _Node) -> tuple[str, list[tuple[str, bool]]]:
+        """The node's heading and its argument lines, each marked bad or not."""
+        r = node.record
+        head = r.label if r.label == r.kernel else f"{r.kernel} → {r.label}"
+        if node.skipped:
+            head += "\n(skipped: not in the graph)"
+        lines = []
+        width = 14 if self.full else 11
+        for a, problem in zip(r.args, node.problems):
+            lines.append((f"{a.access:<2} {a.label[:self.label_width]:<{self.label_width}} "
+                          f"{_ptr(a.ptr, self.full):<{width}}"
+                          + (f" {problem.upper()}" if problem else ""), problem is not None))
+        return head, lines
+
+    def box(self, node: _Node) -> tuple[float, float]:
+        """Width and height in points of a node's text."""
+        head, lines = self.node_text(node)
+        return (text_width("\n".join([head] + [s for s, _ in lines]), _NODE_PT, MONO),
+                text_height(len(lines) + head.count("\n") + 1, _NODE_PT))
+
+    def extent(self) -> tuple[float, float]:
+        """Points a stream column and a level need: the largest box, padded, plus room around."""
+        sizes = [self.box(n) for n in self.nodes] or [(120.0, 30.0)]
+        return (max(w for w, _ in sizes) + 2 * _NODE_PAD + 40,
+                max(h for _, h in sizes) + 2 * _NODE_PAD + 18)
 
 
-def _graph_layout(trace: Trace, graph: int, step: int | None) -> _Layout:
+def _graph_layout(trace: Trace, graph: int, step: int | None, full: bool | None) -> _Layout:
     """Topological level x stream column for every node, skipped launches included.
 
     A node sits one level below its deepest dependency; a skipped launch, which
     has no dependencies, one level below what its stream had issued before it.
     The layout is the whole capture's, so that a slider over ``step`` only
-    uncovers nodes and never moves them.
+    uncovers nodes and never moves them. An edge is stream order when its
+    source is the node captured just before on the same stream; any other edge
+    came through an event.
     """
     blocks = _Blocks()
     frontier: dict[str, int] = {}
     level_of: dict[int, int] = {}
     index_of: dict[int, int] = {}
     columns: dict[str, int] = {}
+    last_on: dict[str, int] = {}                 # stream -> its latest captured launch id
+    recorded_on: dict[int, str] = {}             # event -> stream it was recorded on
+    via: dict[tuple[str, int], str] = {}         # (waiting stream, dependency) -> event's stream
     nodes: list[_Node] = []
-    edges: list[tuple[int, int]] = []
+    edges: list[_Edge] = []
     for r in trace.records:
         blocks.apply(r)
-        if isinstance(r, EventOp) and r.graph == graph and r.op == "wait" and r.stream:
-            frontier[r.stream] = max([frontier.get(r.stream, -1)] + [level_of[d] for d in r.deps])
+        if isinstance(r, EventOp) and r.graph == graph and r.stream:
+            if r.op == "record":
+                recorded_on[r.event] = r.stream
+            elif r.op == "wait":
+                frontier[r.stream] = max([frontier.get(r.stream, -1)]
+                                         + [level_of[d] for d in r.deps])
+                for d in r.deps:
+                    if recorded_on.get(r.event) not in (None, r.stream):
+                        via[(r.stream, d)] = recorded_on[r.event]
         elif isinstance(r, (Launch, SkippedLaunch)) and r.graph == graph:
             deps = r.deps if isinstance(r, Launch) else ()
             level = 1 + max([frontier.get(r.stream, -1)] + [level_of[d] for d in deps])
@@ -696,86 +1011,115 @@ def _graph_layout(trace: Trace, graph: int, step: int | None) -> _Layout:
             if isinstance(r, Launch):
                 level_of[r.id] = level
                 index_of[r.id] = len(nodes) - 1
-                edges.extend((index_of[d], len(nodes) - 1) for d in deps)
+                for d in deps:
+                    event = d != last_on.get(r.stream)
+                    edges.append(_Edge(index_of[d], len(nodes) - 1, event,
+                                       via.get((r.stream, d)) if event else None))
+                last_on[r.stream] = r.id
     levels = 1 + max((n.level for n in nodes), default=0)
+    captured = {s: any(n.record.stream == s and not n.skipped for n in nodes) for s in columns}
+    shown_records = _until(trace, step)
+    ended = any(isinstance(r, Capture) and r.graph == graph and r.op == "end" for r in shown_records)
+    raced = {ptr: f.rule for f in (races(check(Trace(list(shown_records)))) if ended else [])
+             for ptr in f.pointers}
+    widest = max((len(a.label) for n in nodes for a in n.record.args), default=8)
     if step is not None:
         shown = [i for i, n in enumerate(nodes) if n.record.step <= step]
         index = {old: new for new, old in enumerate(shown)}
         nodes = [nodes[i] for i in shown]
-        edges = [(index[a], index[b]) for a, b in edges if a in index and b in index]
-    return _Layout(nodes, list(columns), edges, levels,
-                   _capture_takeaway(_until(trace, step), graph))
+        edges = [_Edge(index[e.src], index[e.dst], e.event, e.via) for e in edges
+                 if e.src in index and e.dst in index]
+    return _Layout(nodes, list(columns), edges, levels, _capture_title(shown_records, graph),
+                   _full_pointers(full, trace, graph), min(widest, 24), captured, raced)
 
 
-_NODE_PT = 6.5
-_GRAPH_KEYS = (Key("frozen null / empty / freed pointer", "s", "white", DANGER),
-               Key("launch skipped at capture (never replayed)", "s", "#EEEEEE", GREY),
-               Key("stream order", "-", GREY), Key("cross-stream event", "--", "black"))
+_RACE = _tint(term(UNORDERED).colour, 0.35)
 
 
-def _node_text(node: _Node) -> tuple[str, list[tuple[str, bool]]]:
-    """The node's heading and its argument lines, each marked bad or not."""
-    r = node.record
-    head = r.label if r.label == r.kernel else f"{r.kernel} → {r.label}"
-    if node.skipped:
-        head += "  (skipped: not in the graph)"
-    lines = []
-    for a, problem in zip(r.args, node.problems):
-        ptr = short_ptr(a.ptr) if a.ptr else "0x0"
-        lines.append((f"{a.access:<2} {a.label[:20]:<20} {ptr:<11}"
-                      + (f" {problem.upper()}" if problem else ""), problem is not None))
-    return head, lines
+def _graph_keys(drawn: set[str]) -> list[Key]:
+    return [key for name, key in (
+        ("bad", Key("frozen null / empty / freed pointer", "s", "white", DANGER)),
+        ("race", Key("address of a race the checker finds (rule 3 or 4: unordered)", "s", _RACE)),
+        ("skipped", Key("launch skipped at capture (not in the graph)", "s", "#EEEEEE", GREY)),
+        ("stream", Key("stream order (next node on the same stream)", "-", GREY)),
+        ("event", Key("event edge (fork or join between streams)", "--", "black")),
+    ) if name in drawn]
 
 
 def captured_graph(source: "Trace | ScenarioResult", graph: int = 0, *, step: int | None = None,
+                   takeaway: str | None = None, full_pointers: bool | None = None,
                    fig: Figure | None = None) -> Figure:
     """The captured DAG: one column per stream, one box per node with its frozen arguments.
 
     Arguments frozen null, empty or freed are vermillion and their node is
     outlined in vermillion; launches the host skipped (zero elements) are grey
     and dashed: they are not in the graph, so replays never run them. Grey
-    arrows are stream order, dashed black ones cross-stream event edges.
+    arrows are stream order, dashed black ones event edges (a fork or a join).
+    ``full_pointers`` shows whole addresses (default: where the capture hands a
+    freed block out again, so that equal addresses can be seen to be equal).
+    ``takeaway`` replaces the title the picture derives from the capture.
     """
-    layout = _graph_layout(_trace(source), graph, step)
-    fig = _figure(fig, (max(7.0, 3.5 * len(layout.streams) + 0.6), 1.7 + 0.75 * layout.levels))
-    inch = 1 / fig.get_figheight()
-    _draw_graph(_graph_panel(fig, (0.02, 0.55 * inch, 0.96, 1 - 1.35 * inch), layout), layout)
-    _title(fig, layout.title)
-    _legend(fig, _GRAPH_KEYS, 0.03, 0.3 * inch, columns=2, column_width=0.5)
+    layout = _graph_layout(_trace(source), graph, step, full_pointers)
+    column_pt, level_pt = layout.extent()
+    width = max(7.0, column_pt / 72 * max(len(layout.streams), 1) + 0.4)
+    title = takeaway or layout.title
+    head_in, legend_in = _title_in(title, width) + 0.1, 0.55
+    graph_in = level_pt / 72 * layout.levels
+    height = head_in + _STREAMS_IN + graph_in + legend_in
+    fig = _figure(fig, (width, height))
+    p = _graph_panel(fig, (0.02, legend_in / height, 0.96, (_STREAMS_IN + graph_in) / height),
+                     layout, level_pt)
+    drawn = _draw_graph(p, layout)
+    _title(fig, title)
+    _legend(fig, _graph_keys(drawn), 0.03, 0.62 * legend_in / height, width=0.94)
     return fig
 
 
-def _graph_panel(fig: Figure, rect: tuple[float, float, float, float], layout: _Layout) -> Panel:
-    return Panel(fig, rect, (-0.5, max(len(layout.streams), 1) - 0.5),
-                 (-(layout.levels - 0.45), 0.75))
+def _graph_panel(fig: Figure, rect: tuple[float, float, float, float], layout: _Layout,
+                 level_pt: float) -> Panel:
+    """Columns at x = 0, 1, ...; level k at y = -k, ``level_pt`` apart; stream names on top.
+
+    Level 0 sits at the same height in every panel of one figure, whatever its depth.
+    """
+    top = 0.5 + _STREAMS_IN * 72 / level_pt
+    units = rect[3] * fig.get_figheight() * 72 / level_pt
+    return Panel(fig, rect, (-0.5, max(len(layout.streams), 1) - 0.5), (top - units, top))
 
 
-def _draw_graph(p: Panel, layout: _Layout) -> None:
-    p.labels([Label(c, 0.55, f"stream {s}", 9, weight="bold")
+def _draw_graph(p: Panel, layout: _Layout) -> set[str]:
+    """Draw the nodes and edges; return what was drawn (for the legend)."""
+    top = p.ylim[1] - 8 / p.points_per_unit()[1]       # a gap under the panel's title
+    p.labels([Label(c, top, f"stream {s}", 10, weight="bold", va="top")
               for c, s in enumerate(layout.streams)], gid="graph-streams")
     if not layout.nodes:
-        p.labels([Label(0.5, 0.5, "nothing captured yet", 9, GREY)], gid="graph-notes",
+        p.labels([Label(0.5, 0.5, "nothing captured yet", TEXT_PT, GREY)], gid="graph-notes",
                  anchors=p.frac)
-        return
+        return set()
     px, py = p.points_per_unit()
+    advance = text_width("0", _NODE_PT, MONO)
     plain: list[Label] = []
     bad: list[Label] = []
     sizes: list[tuple[float, float]] = []
+    marked: list[tuple[float, float, float]] = []     # raced pointers: centre x, y, width
     for node in layout.nodes:
-        head, lines = _node_text(node)
-        width = text_width("\n".join([head] + [s for s, _ in lines]), _NODE_PT, MONO)
-        height = text_height(len(lines) + 1, _NODE_PT)
+        head, lines = layout.node_text(node)
+        width, height = layout.box(node)
         sizes.append((width, height))
-        x, top = node.column - width / 2 / px, -node.level + height / 2 / py
+        x, y = node.column - width / 2 / px, -node.level + height / 2 / py
         colour = GREY if node.skipped else "black"
-        plain.append(Label(x, top, head, _NODE_PT, colour, ha="left", va="top", family=MONO))
-        for i, (text, wrong) in enumerate(lines, start=1):
-            y = top - i * _LINE * _NODE_PT / py
-            label = Label(x, y, text, _NODE_PT, DANGER if wrong else colour,
+        plain.append(Label(x, y, head, _NODE_PT, colour, ha="left", va="top", family=MONO))
+        below_head = head.count("\n") + 1
+        for i, ((text, wrong), arg) in enumerate(zip(lines, node.record.args), start=below_head):
+            top = y - i * _LINE * _NODE_PT / py
+            label = Label(x, top, text, _NODE_PT, DANGER if wrong else colour,
                           "bold" if wrong else "normal", ha="left", va="top", family=MONO)
             (bad if wrong else plain).append(label)
+            if arg.ptr in layout.raced and arg.numel and not node.skipped:
+                chars = len(_ptr(arg.ptr, layout.full))
+                marked.append((x + (layout.pointer_column() + chars / 2) * advance / px,
+                               top - 0.48 * _NODE_PT / py, chars * advance))
     danger = [any(n.problems) for n in layout.nodes]
-    draw_shapes(p.fig, [_box(w, h) for w, h in sizes],
+    draw_shapes(p.fig, [_box(w, h, _NODE_PAD) for w, h in sizes],
                 [(n.column, -n.level) for n in layout.nodes], p.data, gid="graph-nodes", zorder=3,
                 facecolors=["#EEEEEE" if n.skipped else _tint(role_colour(n.record.role))
                             for n in layout.nodes],
@@ -783,102 +1127,131 @@ def _draw_graph(p: Panel, layout: _Layout) -> None:
                             for n, d in zip(layout.nodes, danger)],
                 linewidths=[2.0 if d else 0.8 for d in danger],
                 linestyles=["--" if n.skipped else "-" for n in layout.nodes])
+    if marked:
+        draw_shapes(p.fig, [_box(w, _NODE_PT, 1.5) for *_, w in marked],
+                    [(cx, cy) for cx, cy, _ in marked], p.data, gid="graph-races", zorder=3.5,
+                    facecolors=[_RACE], edgecolors="none")
     p.labels(plain, gid="graph-text")
     p.labels(bad, gid="graph-bad-args")
-    _graph_edges(p, layout, sizes)
+    drawn = {"bad"} if any(danger) else set()
+    drawn |= {"race"} if marked else set()
+    drawn |= {"skipped"} if any(n.skipped for n in layout.nodes) else set()
+    return drawn | _graph_edges(p, layout, sizes)
 
 
-def _graph_edges(p: Panel, layout: _Layout, sizes: list[tuple[float, float]]) -> None:
+def _graph_edges(p: Panel, layout: _Layout, sizes: list[tuple[float, float]]) -> set[str]:
     px, py = p.points_per_unit()
-    pad = 5.0
-    lines, colours, dashed = [], [], []
-    for a, b in layout.edges:
-        src, dst = layout.nodes[a], layout.nodes[b]
-        (wa, ha), (wb, hb) = sizes[a], sizes[b]
-        cross = src.column != dst.column
-        if cross or dst.level - src.level == 1:
+    pad = _NODE_PAD + 1
+    lines, colours, notes = [], [], []
+    for e in layout.edges:
+        src, dst = layout.nodes[e.src], layout.nodes[e.dst]
+        (wa, ha), (wb, hb) = sizes[e.src], sizes[e.dst]
+        if src.column != dst.column or dst.level - src.level == 1:
             lines.append([(src.column, -src.level - (ha / 2 + pad) / py),
                           (dst.column, -dst.level + (hb / 2 + pad) / py)])
-        else:   # a same-stream edge that skips levels: go round the boxes in between
-            side = src.column + (max(wa, wb) / 2 + pad + 8) / px
+        else:   # an edge that skips levels on one stream: go round the boxes in between
+            side = src.column + (max(wa, wb) / 2 + pad + 10) / px
             lines.append([(src.column + (wa / 2 + pad) / px, -src.level), (side, -src.level),
                           (side, -dst.level), (dst.column + (wb / 2 + pad) / px, -dst.level)])
-        colours.append("black" if cross else GREY)
-        dashed.append(cross)
-    p.arrows(lines, colours, dashed, gid="graph-edges")
+            if e.via:
+                what = (f"join via {e.via}:\nnothing captured on {e.via}"
+                        if not layout.captured.get(e.via) else f"via {e.via}")
+                notes.append(Label(side + 6 / px, -(src.level + dst.level) / 2, what, TEXT_PT,
+                                   ha="left"))
+        colours.append("black" if e.event else GREY)
+    p.arrows(lines, colours, [e.event for e in layout.edges], gid="graph-edges")
+    if notes:
+        p.labels(notes, gid="graph-edge-notes")
+    return ({"event"} if any(e.event for e in layout.edges) else set()) | (
+        {"stream"} if any(not e.event for e in layout.edges) else set())
 
 
 # ================================================================ 3. side by side
 def _banner(result: "ScenarioResult") -> tuple[str, list[tuple[str, str]], str]:
-    """Headline, detail lines (text, colour) and colour of a result's banner."""
-    outcome = result.outcome
+    """Headline (the verdict's badge), detail lines (text, colour) and colour of a banner."""
+    findings = check(result.trace)
+    said = verdict(result.outcome, findings)
+    head, colour = badge(said), term(said).colour
     error = str(result.error).split(". ")[0] if result.error else ""
-    if outcome.startswith(CAPTURE_ERROR_PREFIX):
-        head = f"CAPTURE ERROR: {outcome[len(CAPTURE_ERROR_PREFIX):]}"
-        return head, [(s, "black") for s in textwrap.wrap(error, 90)], OKABE_ITO["orange"]
-    if outcome == ILLEGAL_ADDRESS:
-        return ("ILLEGAL ADDRESS: the replay faulted",
-                [(s, "black") for s in textwrap.wrap(error, 90)], DANGER)
-    heads = {CORRECT: "CORRECT", SILENT_WRONG: "SILENTLY WRONG: no error, wrong output"}
-    head = heads.get(outcome, outcome.upper())
-    colour = OUTCOME_COLOURS.get(outcome, GREY)
-    if not result.replays:
-        return head, [], colour
-    r = result.replays[0]
-    return head, [(f"replay with fresh input {r.input}:", "black"),
-                  (f"got:  {render(r.got, 80)}", "black" if r.ok else DANGER),
-                  (f"want: {render(r.want, 80)}", "black")], colour
+    if said.startswith(CAPTURE_ERROR_PREFIX) or said == ILLEGAL_ADDRESS:
+        return head, [(s, "black") for s in textwrap.wrap(error, 80)], colour
+    details: list[tuple[str, str]] = []
+    if result.replays:
+        r = result.replays[0]
+        details = [(f"replay with fresh input {r.input}:", "black"),
+                   (f"got:  {render(r.got, 80)}", "black" if r.ok else DANGER),
+                   (f"want: {render(r.want, 80)}", "black")]
+    if said == UNORDERED:
+        rules = ", ".join(dict.fromkeys(f"rule {f.rule} ({f.code}) on {f.label!r}"
+                                        for f in races(findings)))
+        details += [(term(said).meaning.split(";")[0], "black"), (f"checker: {rules}", "black")]
+    return head, details, colour
 
 
 def side_by_side(result_a: "ScenarioResult", result_b: "ScenarioResult", *,
+                 takeaway: str | None = None, full_pointers: bool | None = None,
                  fig: Figure | None = None) -> Figure:
-    """Two configurations' captured graphs under banners saying how each replay ended."""
+    """Two configurations' captured graphs under badges with each one's verdict.
+
+    The badge is ``simlib.verdict``'s: what the replays did, or ``unordered``
+    where they came out right but the checker finds a race.
+    """
     results = (result_a, result_b)
-    layouts = [_graph_layout(r.trace, r.graph.id if r.graph else 0, None) for r in results]
+    layouts = [_graph_layout(r.trace, r.graph.id if r.graph else 0, None, full_pointers)
+               for r in results]
+    banners = [_banner(r) for r in results]
     widths = [max(len(layout.streams), 1) for layout in layouts]
+    column_pt = max(layout.extent()[0] for layout in layouts)
+    level_pt = max(layout.extent()[1] for layout in layouts)
     levels = max(layout.levels for layout in layouts)
-    title_in, banner_in, graph_in, legend_in = 0.55, 1.25, 0.8 * levels + 0.6, 0.35
+    lines = max(len(details) for _, details, _ in banners)
+    width = max(13.0, column_pt / 72 * sum(widths) + 0.6)
+    title = takeaway or _comparison_takeaway(result_a, result_b)
+    title_in, banner_in, legend_in = _title_in(title, width) + 0.1, 0.75 + lines * 14 / 72, 0.55
+    spans = [0.96 * w / sum(widths) for w in widths]
+    panel_title_pt = max(text_height(_wrap(layout.title, (span - 0.02) * width * 72, _PANEL_PT)
+                                     .count("\n") + 1, _PANEL_PT) + 20
+                         for layout, span in zip(layouts, spans))
+    graph_in = level_pt / 72 * levels + _STREAMS_IN + panel_title_pt / 72
     height = title_in + banner_in + graph_in + legend_in
-    fig = _figure(fig, (max(13.0, 3.3 * sum(widths) + 1), height))
+    fig = _figure(fig, (width, height))
     left = 0.02
-    for result, layout, w in zip(results, layouts, widths):
-        span = 0.96 * w / sum(widths)
-        _draw_banner(fig, result, left + span / 2, 1 - title_in / height)
-        rect = (left + 0.01, legend_in / height, span - 0.02, (graph_in - 0.45) / height)
-        p = _graph_panel(fig, rect, layout)
-        _draw_graph(p, layout)
+    drawn: set[str] = set()
+    for result, banner, layout, span in zip(results, banners, layouts, spans):
+        _draw_banner(fig, result.config.name, banner, left + span / 2, 1 - title_in / height)
+        rect = (left + 0.01, legend_in / height, span - 0.02,
+                (graph_in - panel_title_pt / 72) / height)
+        p = _graph_panel(fig, rect, layout, level_pt)
+        drawn |= _draw_graph(p, layout)
         p.title(layout.title)
         left += span
-    _title(fig, _comparison_takeaway(result_a, result_b))
-    _legend(fig, _GRAPH_KEYS, 0.03, 0.14 / height, columns=4, column_width=0.22)
+    _title(fig, title)
+    _legend(fig, _graph_keys(drawn), 0.03, 0.62 * legend_in / height, width=0.94)
     return fig
 
 
-def _draw_banner(fig: Figure, result: "ScenarioResult", x: float, top: float) -> None:
-    head, details, colour = _banner(result)
+def _draw_banner(fig: Figure, name: str, banner: tuple[str, list[tuple[str, str]], str],
+                 x: float, top: float) -> None:
+    head, details, colour = banner
     pt = 1 / (fig.get_figheight() * 72)
-    y_head = top - 26 * pt
-    draw_shapes(fig, [_box(text_width(head, 12, weight="bold"), 12, pad=5)], [(x, y_head)],
+    y_head = top - 28 * pt
+    draw_shapes(fig, [_box(text_width(head, 13, weight="bold"), 13, pad=5)], [(x, y_head)],
                 fig.transFigure, gid="banner-box", facecolors=colour, edgecolors="none")
-    labels = [Label(x, top, result.config.name, 10, family=MONO, va="top"),
-              Label(x, y_head, head, 12, "white", "bold")]
-    labels += [Label(x, y_head - (26 + 12 * i) * pt, text, 8, c, family=MONO)
+    labels = [Label(x, top, name, 11, family=MONO, va="top"),
+              Label(x, y_head, head, 13, _ink(colour), "bold")]
+    labels += [Label(x, y_head - (28 + 14 * i) * pt, text, TEXT_PT, c, family=MONO)
                for i, (text, c) in enumerate(details)]
     draw_labels(fig, labels, fig.transFigure, gid="banner")
-
-
-_OUTCOME_WORDS = {CORRECT: "correct", SILENT_WRONG: "silently wrong",
-                  ILLEGAL_ADDRESS: "an illegal-address fault"}
 
 
 def _comparison_takeaway(a: "ScenarioResult", b: "ScenarioResult") -> str:
     da, db = a.config.to_dict(), b.config.to_dict()
     changed = [k for k in da if da[k] != db[k]]
     what = ", ".join(f"{k} ({da[k]} vs {db[k]})" for k in changed) or "nothing"
-    words = [_OUTCOME_WORDS.get(r.outcome, r.outcome.replace("_", " ")) for r in (a, b)]
-    if words[0] == words[1]:
-        return f"Only {what} differs, and both are {words[0]}"
-    return f"Same program, same streams; only {what} differs: {words[0]} vs {words[1]}"
+    said = [words(verdict(r.outcome, check(r.trace))) for r in (a, b)]
+    if said[0] == said[1]:
+        return f"Only {what} differs, and both are {said[0]}"
+    return f"Same program, same streams; only {what} differs: {said[0]} vs {said[1]}"
 
 
 # ================================================================ 4. pointer table
@@ -912,18 +1285,26 @@ def _segments(changes: list[tuple[int, int, bool]], first: int, last: int) -> li
     return out
 
 
+_DOT_PT = 6.0
+
+
 def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
-                  labels: Sequence[str] | None = None, fig: Figure | None = None) -> Figure:
+                  labels: Sequence[str] | None = None, takeaway: str | None = None,
+                  full_pointers: bool | None = None, fig: Figure | None = None) -> Figure:
     """Each tensor label's pointer over the host steps of a capture, and who froze it.
 
     A row per tensor label (by default every label a launch of the capture took
-    as an argument; the rows and columns do not change with ``step``); its bar changes colour and text where the host repointed it
-    (``set_``, a new allocation). A dot marks a launch freezing that value:
-    black for a live pointer, white for a null/empty/freed one or a launch the
-    host skipped. The launches name the columns.
+    as an argument; the rows and columns do not change with ``step``); its bar
+    changes colour and text where the host repointed it (``set_``, a new
+    allocation), and a dashed line marks a host ``set_`` at that boundary. A dot
+    marks a launch freezing that value: black for a live pointer, white for a
+    null/empty/freed one or a launch the host skipped. The launches name the
+    columns. ``full_pointers`` shows whole addresses (default: where the
+    capture hands a freed block out again); ``takeaway`` replaces the title.
     """
     first, last = _window(trace, graph)
     shown = last if step is None else min(step, last)
+    full = _full_pointers(full_pointers, trace, graph)
     pools = {r.ptr: r.pool for r in trace.of(Alloc)}
     history: dict[str, list[tuple[int, int, bool]]] = {}
     freezes: list[tuple[int, str, bool]] = []   # step, label, white (wrong or skipped)
@@ -955,63 +1336,92 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
                     freezes.append((r.step, a.label, skipped or arg_problem(a, blocks) is not None))
     rows = list(labels) if labels is not None else list(order)
 
-    fig = _figure(fig, (13.0, 2.9 + 0.22 * max(len(rows), 3)))
+    title = takeaway or _capture_title(_until(trace, shown), graph)
+    names = max((text_width(n, TEXT_PT, MONO) for n in rows), default=40.0) + 14
+    below = max((text_width(c + " (skipped)", SMALL_PT) for _, c, _ in columns), default=40.0)
+    title_in = _title_in(title, 13.0)
+    head_in, row_in, foot_in = title_in + 0.8, 0.27, 0.3 + (below * 0.82 + 14) / 72
+    height = head_in + row_in * max(len(rows), 3) + foot_in
+    fig = _figure(fig, (13.0, height))
     pt = 1 / (fig.get_figheight() * 72)
-    p = Panel(fig, (0.13, 95 * pt, 0.85, 1 - 185 * pt), (first - 0.5, last + 0.5),
-              (max(len(rows), 1) - 0.5, -0.5))
+    left = names / (13.0 * 72)
+    p = Panel(fig, (left, foot_in / height, 0.985 - left, 1 - (head_in + foot_in) / height),
+              (first - 0.5, last + 0.5), (max(len(rows), 1) - 0.5, -0.5))
     p.lane_names(rows)
+    px = p.points_per_unit()[0]
     row_of = {label: i for i, label in enumerate(rows)}
     cells: list[Label] = []
+    pooled: set[str | None] = set()
+    any_empty = False
     for label, y in row_of.items():
         segments = _segments(history.get(label, []), first, shown)
         if not segments:
             continue
+        pooled |= {None if empty else _pool_name(pools.get(ptr)) for _, _, ptr, empty in segments}
+        any_empty |= any(empty for *_, empty in segments)
         p.bars([(a - 0.5, b - a + 1) for a, b, _, _ in segments], y, 0.8,
                [DANGER if empty else _tint(_pool_colour(pools.get(ptr)), 0.55)
                 for _, _, ptr, empty in segments], gid=f"row:{label}")
         dots = sorted(s for s, lb, _ in freezes if lb == label)
         for a, b, ptr, empty in segments:
-            x = _free_spot(a, b, dots)
+            text = f"{_ptr(ptr, full)} (empty)" if empty else _ptr(ptr, full)
+            x = _free_spot(a, b, dots, (text_width(text, TEXT_PT, MONO) + 4) / px,
+                           _DOT_PT / 2 / px)
             if x is not None:
-                cells.append(Label(x, y, "0x0 (empty)" if empty else short_ptr(ptr), 6.5,
-                                   "white" if empty else "black", family=MONO))
+                cells.append(Label(x, y, text, TEXT_PT, "white" if empty else "black",
+                                   family=MONO))
     p.labels(cells, gid="cells")
     dots = [(s, row_of[lb], white) for s, lb, white in freezes if lb in row_of]
     if dots:
-        p.marks([(s, y) for s, y, _ in dots], "o", 6, gid="freezes", edge="black",
+        p.marks([(s, y) for s, y, _ in dots], "o", _DOT_PT, gid="freezes", edge="black",
                 face=["white" if white else "black" for *_, white in dots])
-    notes = [Label(m.step, -0.55, f"{m.label}.{m.op}("
-                   f"{'empty' if m.new_numel == 0 else short_ptr(m.new_ptr)})",
-                   8, DANGER, "bold", va="bottom") for m in mutations]
-    marks = [[(m.step, -0.5), (m.step, len(rows) - 0.5)] for m in mutations]
+    # A set_ at host step s changes the row from s on: its line sits on the bar's boundary.
+    notes = [Label(m.step - 0.5, -0.55, f"{m.label}.{m.op}("
+                   f"{'empty' if m.new_numel == 0 else _ptr(m.new_ptr, full)})",
+                   TEXT_PT, DANGER, "bold", va="bottom") for m in mutations]
+    marks = [[(m.step - 0.5, -0.5), (m.step - 0.5, len(rows) - 0.5)] for m in mutations]
     if step is not None and step < last:
         marks.append([(step + 0.5, -0.5), (step + 0.5, len(rows) - 0.5)])
-        notes.append(Label(step + 0.5, len(rows) - 0.45, f"host step {step}", 7, va="top"))
+        notes.append(Label(step + 0.5, len(rows) - 0.45, f"host step {step}", SMALL_PT, va="top"))
     p.lines(marks, gid="pointer-marks", colors=[DANGER] * len(mutations) + ["black"] * (
         len(marks) - len(mutations)), linestyles="--", linewidths=1.2, zorder=4)
     p.labels(notes, gid="pointer-notes")
-    p.labels([Label(s, -0.01, name + (" (skipped)" if skipped else ""), 7,
+    p.labels([Label(s, -0.01, name + (" (skipped)" if skipped else ""), SMALL_PT,
                     GREY if skipped else "black", ha="right", rotation=55)
               for s, name, skipped in columns], gid="columns", anchors=p.under)
-    _legend(fig, [Key("eager pool", "s", _tint(_pool_colour("default"), 0.55)),
-                  Key("graph's private pool", "s", _tint(_pool_colour("graph0"), 0.55)),
-                  Key("0x0 / empty", "s", DANGER),
-                  Key("a launch froze a live pointer", "o", "black", "black"),
-                  Key("froze null / empty / freed, or was skipped", "o", "white", "black")],
-            0.13, 1 - 52 * pt, columns=5, column_width=0.17)
-    draw_labels(fig, [Label(0.5, 8 * pt, f"host steps {first}–{last} of the capture; each "
-                            "column is a launch the capture froze", 7.5, va="bottom")],
+    whites = {white for *_, white in dots}
+    _legend(fig, [key for shown_, key in (
+        ("default" in pooled, Key("eager pool", "s", _tint(_pool_colour("default"), 0.55))),
+        ("graph" in pooled, Key("graph's private pool", "s", _tint(_pool_colour("graph0"), 0.55))),
+        ("unknown" in pooled, Key("pool not recorded", "s", _tint(GREY, 0.55))),
+        (any_empty, Key("0x0 / empty", "s", DANGER)),
+        (False in whites, Key("a launch froze a live pointer", "o", "black", "black")),
+        (True in whites, Key("froze null / empty / freed, or was skipped", "o", "white", "black")),
+    ) if shown_], left, 1 - (title_in * 72 + 12) * pt, width=0.98 - left)
+    draw_labels(fig, [Label(0.5, 6 * pt, f"host steps {first}–{last} of the capture; each "
+                            "column is a launch the capture froze", TEXT_PT, va="bottom")],
                 fig.transFigure, gid="caption")
-    _title(fig, _capture_takeaway(_until(trace, shown), graph))
+    _title(fig, title)
     return fig
 
 
-def _free_spot(a: int, b: int, dots: list[int]) -> float | None:
-    """Middle of the widest stretch of ``a..b`` without a freeze dot, if 3+ steps wide."""
+def _free_spot(a: int, b: int, dots: list[int], need: float, radius: float) -> float | None:
+    """Middle of the widest stretch of steps ``a..b`` clear of freeze dots, if ``need`` fits.
+
+    ``need`` and ``radius`` (a dot's) are in steps; the stretch runs from the
+    bar's edge or a dot's rim to the next dot's rim or the bar's other edge.
+    """
     inner = [d for d in dots if a <= d <= b]
-    bounds = [a - 1] + inner + [b + 1]
-    gap, lo, hi = max((hi - lo, lo, hi) for lo, hi in zip(bounds, bounds[1:]))
-    return (lo + hi) / 2 if gap >= 4 else None
+    lefts = [a - 0.5] + [d + radius for d in inner]
+    rights = [d - radius for d in inner] + [b + 0.5]
+    room, lo, hi = max((r - l, l, r) for l, r in zip(lefts, rights))
+    return (lo + hi) / 2 if room >= need else None
+
+
+def _pool_name(pool: str | None) -> str:
+    if pool is None:
+        return "unknown"
+    return "default" if pool == "default" else "graph"
 
 
 def _pool_colour(pool: str | None) -> str:

@@ -18,17 +18,18 @@ only when the graph replays, with the arguments frozen at capture time.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from .device import Device, KernelFn
 from .errors import (CapturedEvent, CaptureError, IllegalAddress, ShapeMismatch,
-                     StreamCaptureImplicit, StreamCaptureInvalidated,
+                     StorageNotAllocated, StreamCaptureImplicit, StreamCaptureInvalidated,
                      StreamCaptureIsolation, StreamCaptureUnjoined,
                      StreamCaptureUnsupported)
-from .graph import Capture, CapturedGraph
+from .graph import CAPTURE_MODES, GLOBAL, RELAXED, Capture, CapturedGraph
 from .memory import DEFAULT_POOL, CachingAllocator, Storage, graph_pool
 from .stream import NEVER, Event, Stream
 from .tensor import RawArg, TensorHandle
@@ -38,14 +39,23 @@ from .trace import (Alloc, Arg, DeviceSpan, EventOp, Fault, Free, HostSync, Laun
 from .trace import Capture as CaptureRecord
 from .values import ZERO, Call, Expr, Sum, Sym, terms
 
+if TYPE_CHECKING:
+    from .schedules import Schedule
+
 ArgLike = TensorHandle | RawArg
 
 
 class Runtime:
-    """One host thread driving one simulated GPU."""
+    """One host thread driving one simulated GPU.
 
-    def __init__(self, profile: Profile | None = None) -> None:
+    ``schedule`` (``simlib.schedules.Schedule``) adds orders between graph nodes
+    that every replay must honour: how the schedule explorer realises each
+    order of a race. Without it, replay timing follows the profile alone.
+    """
+
+    def __init__(self, profile: Profile | None = None, *, schedule: "Schedule | None" = None) -> None:
         self.profile = profile or Profile()
+        self.schedule = schedule
         self.trace = Trace(meta={"source": "simlib", "profile": self.profile.name})
         self.now = 0.0
         self.step = -1
@@ -148,6 +158,17 @@ class Runtime:
             self._capture.error = error
         raise error
 
+    def _refuse_unsafe(self, what: str) -> None:
+        """Fail a potentially unsafe call made while a strict-mode capture is underway."""
+        cap = self._capture
+        if cap is not None and cap.mode != RELAXED:
+            self._fail(StreamCaptureUnsupported(
+                f"{what} while graph {cap.graph.label!r} is being captured in capture mode "
+                f"{cap.mode!r}: operation not permitted when stream is capturing. That mode "
+                "forbids this thread's potentially unsafe calls even on a stream outside the "
+                "capture. Fork the stream into the capture first (alt.wait_stream(main)) so its "
+                "work is captured, or move the call out of the captured region."))
+
     def record_event(self, event: Event, s: Stream) -> None:
         step = self._host(self.profile.host_op_us)
         cap = self._check_capture_ok(s, "event.record()")
@@ -192,12 +213,14 @@ class Runtime:
     def query_event(self, event: Event) -> bool:
         step = self._host(self.profile.host_op_us)
         self._refuse_captured_event(event, "event.query()")
+        self._refuse_unsafe(f"event.query() on event {event.id}")
         self.trace.records.append(EventOp(step, self.now, "query", event.id, None, None))
         return event.time is None or event.time <= self.now
 
     def synchronize_event(self, event: Event) -> None:
         step = self._host(self.profile.host_op_us)
         self._refuse_captured_event(event, "event.synchronize()")
+        self._refuse_unsafe(f"event.synchronize() on event {event.id}")
         self.trace.records.append(EventOp(step, self.now, "synchronize", event.id, None, None))
         if event.time is not None:
             self._wait_device(event.time)
@@ -215,6 +238,7 @@ class Runtime:
             self._fail(StreamCaptureUnsupported(
                 f"stream.synchronize() on {s.name!r} while it is being captured: there is no "
                 "device work to wait for during capture. Move the sync out of the captured region."))
+        self._refuse_unsafe(f"stream.synchronize() on {s.name!r}")
         self.trace.records.append(HostSync(step, self.now, "stream.synchronize", "", s.name))
         self._wait_device(s.ready)
 
@@ -243,16 +267,23 @@ class Runtime:
 
     def _new_tensor(self, step: int, shape: tuple[int, ...], label: str | None,
                     itemsize: int) -> TensorHandle:
-        s = self.current_stream
         tid = self._next_id("tensor")
         label = label or f"t{tid}"
-        nbytes = math.prod(shape) * itemsize
+        storage = self._allocate(step, tid, label, math.prod(shape) * itemsize)
+        return TensorHandle(self, tid, label, storage, shape, 0, itemsize)
+
+    def _allocate(self, step: int, tid: int, label: str, nbytes: int) -> Storage:
+        """A block from the caching allocator on the current stream (the graph's pool if captured)."""
+        s = self.current_stream
         pool = self._pool_for(s)
-        ptr = self.allocator.allocate(nbytes, s.name, pool)
-        storage = Storage(self._next_id("storage"), label, ptr, nbytes, s.name, pool, refs=1)
+        if self._capture is not None and pool == DEFAULT_POOL and not self.allocator.cached(
+                nbytes, s.name, pool, self.now):
+            self._refuse_unsafe(f"allocating {label!r} ({nbytes} bytes) on stream {s.name!r}, "
+                                "which is not being captured, needs a new block (cudaMalloc)")
+        ptr = self.allocator.allocate(nbytes, s.name, pool, self.now)
         if nbytes:
             self.trace.records.append(Alloc(step, self.now, tid, label, ptr, nbytes, s.name, pool))
-        return TensorHandle(self, tid, label, storage, shape, 0, itemsize)
+        return Storage(self._next_id("storage"), label, ptr, nbytes, s.name, pool, refs=1)
 
     def zeros(self, shape: Sequence[int], label: str | None = None, *, itemsize: int = 2) -> TensorHandle:
         t = self.empty(shape, label, itemsize=itemsize)
@@ -265,11 +296,13 @@ class Runtime:
 
         A copy from pageable host memory synchronises, so it is refused during capture.
         """
-        if self._capturing(self.current_stream) is not None:
+        if self._capture is not None:
             self._host(self.profile.host_op_us)
-            self._fail(StreamCaptureUnsupported(
-                f"copying host data into {label!r} while capturing: a pageable host-to-device "
-                "copy synchronises. Create inputs before capture and copy_ into them."))
+            if self._capturing(self.current_stream) is not None:
+                self._fail(StreamCaptureUnsupported(
+                    f"copying host data into {label!r} while capturing: a pageable host-to-device "
+                    "copy synchronises. Create inputs before capture and copy_ into them."))
+            self._refuse_unsafe(f"a synchronous host-to-device copy into {label!r}")
         t = self.empty(shape, label, itemsize=itemsize)
         v = Sym(value) if isinstance(value, str) else value
         self.launch("copy_h2d", writes=[t], fn=lambda: v, role="copy", label=f"upload {t.label}")
@@ -280,7 +313,8 @@ class Runtime:
         """A new handle on ``t``'s storage (``t.view``/slicing)."""
         shape = _check_shape(shape, "view")
         end = (t.offset + offset + math.prod(shape)) * t.itemsize
-        if offset < 0 or end > t.storage.nbytes:
+        reshape_of_freed = not t.storage.nbytes and not offset and math.prod(shape) == t.numel
+        if (offset < 0 or end > t.storage.nbytes) and not reshape_of_freed:
             raise ValueError(
                 f"view of {t.label!r} with offset {offset} and shape {shape} ends at byte {end}, "
                 f"past its storage of {t.storage.nbytes} bytes")
@@ -295,7 +329,11 @@ class Runtime:
         return v
 
     def set_(self, t: TensorHandle, source: TensorHandle | None = None, *, why: str = "") -> TensorHandle:
-        """``t.set_(source)``: repoint ``t`` on the host; ``None`` makes it empty (pointer 0)."""
+        """``t.set_(source)``: repoint ``t`` on the host; ``None`` makes it empty (pointer 0).
+
+        ``t`` takes ``source``'s storage, offset and shape, so ``set_`` to a 0-dim
+        tensor (``torch.empty([])``) leaves ``t`` one element in a tiny block.
+        """
         step = self._host(self.profile.host_op_us)
         old = (t.ptr, t.numel, t.shape)
         old_storage = t.storage
@@ -332,6 +370,60 @@ class Runtime:
             self._drop(old_storage, step)
         return t
 
+    def resize_storage_(self, t: TensorHandle, nbytes: int, *, why: str = "") -> TensorHandle:
+        """``t.untyped_storage().resize_(nbytes)``: free the block, or give a freed storage a new one.
+
+        Every handle on the storage keeps its shape (FSDP frees parameters this
+        way). After ``resize_(0)`` they all have pointer 0 but still their
+        elements: a torch op refuses them on the host (``StorageNotAllocated``),
+        while a raw-pointer kernel launches with pointer 0 and faults on the
+        device. ``resize_(n)`` of a freed storage allocates a fresh, uninitialised
+        block on the current stream (resizing a live block is not modelled).
+        """
+        if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
+            raise ValueError(f"resize_storage_: nbytes={nbytes!r} must be a non-negative int")
+        storage = t.storage
+        if nbytes and storage.nbytes and nbytes != storage.nbytes:
+            raise ValueError(
+                f"resize_storage_: {t.label!r}'s storage holds {storage.nbytes} bytes; simlib models "
+                f"resizing a storage to 0 (free) or a freed one back up, not to {nbytes} bytes")
+        step = self._host(self.profile.host_op_us)
+        old = (t.ptr, t.numel, t.shape)
+        if not nbytes and storage.nbytes:
+            self._free_block(storage, step)
+            storage.ptr, storage.nbytes = 0, 0
+        elif nbytes and not storage.nbytes:
+            fresh = self._allocate(step, t.id, storage.label, nbytes)
+            storage.ptr, storage.nbytes, storage.stream, storage.pool = (
+                fresh.ptr, fresh.nbytes, fresh.stream, fresh.pool)
+        cap = self._capture
+        self.trace.records.append(Mutation(step, self.now, "untyped_storage().resize_", t.id,
+                                           t.label, *old, t.ptr, t.numel, t.shape,
+                                           cap.graph.id if cap else None, why))
+        return t
+
+    def record_stream(self, t: TensorHandle, s: Stream) -> None:
+        """``t.record_stream(s)``: the caching allocator will not reuse ``t``'s block for others
+        until the work ``s`` has queued when the block is freed is done.
+
+        A use on the block's own stream is ignored, as in PyTorch. Freed during a
+        capture, the block is not handed out again before the capture ends (see
+        ``simlib.memory``), which is what makes it the fix for a reuse-after-free
+        race inside a graph.
+        """
+        if not isinstance(s, Stream):
+            raise TypeError(f"record_stream() takes a Stream, got {type(s).__name__}")
+        self._host(self.profile.host_op_us)
+        storage = t.storage
+        if storage.nbytes and s.name != storage.stream:
+            uses = storage.stream_uses if storage.stream_uses is not None else {}
+            uses[s.name] = uses.get(s.name, False) or self._capture is not None
+            storage.stream_uses = uses
+
+    def sleep(self, duration_us: float, label: str = "sleep") -> Launch | None:
+        """``torch.cuda._sleep(cycles)``: a kernel on the current stream that only spins."""
+        return self.launch("sleep", label=label, duration_us=duration_us)
+
     def release(self, t: TensorHandle) -> None:
         """Drop this handle's reference (``del t``); the last one frees the block."""
         step = self._host(self.profile.host_op_us)
@@ -345,10 +437,33 @@ class Runtime:
         if storage.refs > 0 or storage.freed or storage.nbytes == 0:
             return
         storage.freed = True
-        self.allocator.release(storage.ptr, storage.nbytes, storage.stream, storage.pool)
+        self._free_block(storage, step)
+
+    def _free_block(self, storage: Storage, step: int) -> None:
+        """The host frees ``storage``'s block: back to its pool now, or, with recorded stream
+        uses, once their work is done (held until the end of a capture in progress)."""
+        ptr, nbytes, stream, pool = storage.ptr, storage.nbytes, storage.stream, storage.pool
+        uses, storage.stream_uses = storage.stream_uses, None
         cap = self._capture
-        self.trace.records.append(Free(step, self.now, storage.label, storage.ptr, storage.nbytes,
-                                       storage.stream, storage.pool, cap.graph.id if cap else None))
+        if not uses:
+            self.allocator.release(ptr, nbytes, stream, pool)
+        elif cap is not None:
+            cap.held.append((ptr, nbytes, stream, pool, uses))
+        else:
+            until = max(self.streams[u].ready for u in uses)
+            self.allocator.release_after(until, ptr, nbytes, stream, pool)
+        self.trace.records.append(Free(step, self.now, storage.label, ptr, nbytes, stream, pool,
+                                       cap.graph.id if cap else None))
+
+    def _release_held(self, cap: Capture) -> None:
+        """At the end of a capture: uses recorded during it are done (the capture joined those
+        streams); uses from before wait for what their streams have queued now."""
+        for ptr, nbytes, stream, pool, uses in cap.held:
+            before = [self.streams[u].ready for u, during in uses.items() if not during]
+            if before:
+                self.allocator.release_after(max(before), ptr, nbytes, stream, pool)
+            else:
+                self.allocator.release(ptr, nbytes, stream, pool)
 
     # ------------------------------------------------------------------ kernels
     def launch(self, kernel: str, *, reads: Sequence[ArgLike] = (), writes: Sequence[ArgLike] = (),
@@ -368,8 +483,11 @@ class Runtime:
         label = label or kernel
         if fn is None:
             fn = _default_fn(kernel, len(writes))
-        args = [_snapshot(a, _IN[i], "r") for i, a in enumerate(reads)]
-        args += [_snapshot(a, _OUT[i], "w") for i, a in enumerate(writes)]
+        try:
+            args = [_snapshot(a, _IN[i], "r") for i, a in enumerate(reads)]
+            args += [_snapshot(a, _OUT[i], "w") for i, a in enumerate(writes)]
+        except StorageNotAllocated as exc:
+            raise StorageNotAllocated(f"{label}: {exc.detail}") from None
         args = tuple(args)
         if writes and all(type(a) is TensorHandle and a.numel == 0 for a in writes):
             self.trace.records.append(SkippedLaunch(step, self.now, kernel, label, role, s.name,
@@ -421,6 +539,12 @@ class Runtime:
                out: TensorHandle | None = None) -> TensorHandle:
         """``x @ W.T`` for a weight of shape (out_features, in_features), shape-checked like torch."""
         step_label = label or name
+        if not x.shape:
+            self._host(self.profile.host_op_us)
+            raise ShapeMismatch(
+                f"{step_label}: both arguments to linear need to be at least 1D, but they are 0D "
+                f"and 2D; input {x.label!r} is a 0-dim tensor. Was it set_ to a scalar "
+                "(dispose) before this op?")
         if len(x.shape) != 2 or x.shape[-1] != in_features:
             self._host(self.profile.host_op_us)
             rows = x.shape[0] if len(x.shape) == 2 else 1
@@ -493,14 +617,20 @@ class Runtime:
     # ------------------------------------------------------------------ capture and replay
     @contextmanager
     def graph(self, stream: Stream | None = None, *, label: str = "graph",
-              inputs: Sequence[TensorHandle] = ()) -> Iterator[CapturedGraph]:
-        """``with torch.cuda.graph(g, stream=...)``: capture everything issued inside.
+              inputs: Sequence[TensorHandle] = (),
+              capture_error_mode: str = GLOBAL) -> Iterator[CapturedGraph]:
+        """``with torch.cuda.graph(g, stream=..., capture_error_mode=...)``: capture everything issued inside.
 
         Like PyTorch, it synchronises the device first and captures on a side
         stream of its own unless ``stream`` is given; that stream is current for
         the duration. ``inputs`` names the static input buffers that replays
         must refresh (used by the checker's stale-input rule).
+        ``capture_error_mode`` says which calls are forbidden meanwhile on
+        streams outside the capture (``simlib.graph.CAPTURE_MODES``).
         """
+        if capture_error_mode not in CAPTURE_MODES:
+            raise ValueError(f"capture_error_mode={capture_error_mode!r} is not a valid choice; use "
+                             "one of: " + ", ".join(repr(m) for m in CAPTURE_MODES))
         if self._capture is not None:
             raise ValueError("simlib models one capture at a time; end the capture of "
                              f"{self._capture.graph.label!r} before starting another")
@@ -508,7 +638,7 @@ class Runtime:
         if stream is None:
             name = f"capture{len(self.graphs)}"
             stream = self.streams.get(name) or self.Stream(name)
-        g = self._begin_capture(stream, label)
+        g = self._begin_capture(stream, label, capture_error_mode)
         previous, self.current_stream = self.current_stream, stream
         try:
             yield g
@@ -519,7 +649,7 @@ class Runtime:
         self.current_stream = previous
         self._end_capture(g, inputs, failing=False)
 
-    def _begin_capture(self, stream: Stream, label: str) -> CapturedGraph:
+    def _begin_capture(self, stream: Stream, label: str, mode: str = GLOBAL) -> CapturedGraph:
         step = self._host(self.profile.host_op_us)
         if stream.legacy:
             raise StreamCaptureUnsupported(
@@ -528,7 +658,7 @@ class Runtime:
                 "or let rt.graph() create a side stream.")
         g = CapturedGraph(self, len(self.graphs), label, stream.name)
         self.graphs.append(g)
-        self._capture = Capture(g, stream, {stream.name: ()})
+        self._capture = Capture(g, stream, {stream.name: ()}, mode=mode)
         self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name))
         return g
 
@@ -548,6 +678,7 @@ class Runtime:
             error = StreamCaptureInvalidated(
                 f"capture of {g.label!r} ended after it was invalidated by {error.code}")
         self._capture = None
+        self._release_held(cap)
         g.inputs = tuple(inputs)
         g.ok = error is None and not failing
         self.trace.records.append(CaptureRecord(
@@ -570,11 +701,15 @@ class Runtime:
         end_all = start0
         index = g.replays
         lanes = _Lanes()
-        for node in g.nodes:
-            same = [by_id[d] for d in node.deps if by_id[d][0].stream == node.stream]
-            cross = [by_id[d][2] for d in node.deps if by_id[d][0].stream != node.stream]
+        extra = self._scheduled_deps(g)
+        if extra:   # lanes follow the capture order; the schedule only delays nodes
+            opened_lane = {n.id: lanes.assign(n) for n in g.nodes}
+        for node in _topological(g.nodes, extra) if extra else g.nodes:
+            deps = node.deps + extra.get(node.id, ()) if extra else node.deps
+            same = [by_id[d] for d in deps if by_id[d][0].stream == node.stream]
+            cross = [by_id[d][2] for d in deps if by_id[d][0].stream != node.stream]
             prev = max(same, key=lambda t: t[2]) if same else None
-            opened = lanes.assign(node)
+            opened = opened_lane[node.id] if extra else lanes.assign(node)
             issue = start0 + (p.graph_branch_launch_us if opened else 0.0)
             fn, duration = self._kernels[node.id]
             slot = place(issue, duration, prev[2] if prev else None,
@@ -588,6 +723,17 @@ class Runtime:
         s.tail_start, s.tail_end, s.waits = start0, end_all, NEVER
         g.replays += 1
         self.trace.records.append(Replay(step, self.now, g.id, index, s.name))
+
+    def _scheduled_deps(self, g: CapturedGraph) -> dict[int, tuple[int, ...]]:
+        """Per node of ``g``, the nodes the schedule says must finish before it starts."""
+        if self.schedule is None:
+            return {}
+        ids = {n.id for n in g.nodes}
+        extra: dict[int, tuple[int, ...]] = {}
+        for first, then in self.schedule.before:
+            if first in ids and then in ids:
+                extra[then] = extra.get(then, ()) + (first,)
+        return extra
 
 
 class _Lanes:
@@ -624,6 +770,31 @@ class _Lanes:
         return len(self.tails) > 1
 
 
+def _topological(nodes: list[Launch], extra: dict[int, tuple[int, ...]]) -> list[Launch]:
+    """``nodes`` in capture order, except that each waits for its ``extra`` predecessors too."""
+    index = {n.id: i for i, n in enumerate(nodes)}
+    waiting = {n.id: len({*n.deps, *extra.get(n.id, ())}) for n in nodes}
+    successors: dict[int, list[int]] = {}
+    for n in nodes:
+        for d in {*n.deps, *extra.get(n.id, ())}:
+            successors.setdefault(d, []).append(n.id)
+    ready = [index[n.id] for n in nodes if not waiting[n.id]]
+    heapq.heapify(ready)
+    order: list[Launch] = []
+    while ready:
+        node = nodes[heapq.heappop(ready)]
+        order.append(node)
+        for succ in successors.get(node.id, ()):
+            waiting[succ] -= 1
+            if not waiting[succ]:
+                heapq.heappush(ready, index[succ])
+    if len(order) < len(nodes):
+        stuck = [n.label for n in nodes if waiting[n.id]]
+        raise ValueError(f"the schedule's orders form a cycle with the graph's edges (nodes "
+                         f"{stuck} can never start); order only nodes no path already orders")
+    return order
+
+
 def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
     shape = tuple(shape)
     if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
@@ -644,12 +815,29 @@ def _default_fn(kernel: str, outputs: int) -> KernelFn:
 
 
 def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
-    """Freeze an argument the way a kernel launch does: by value, on the host, now."""
-    if type(a) is TensorHandle:
-        return Arg(name, a.id, a.label, a.ptr, a.numel, a._shape, a.numel * a.itemsize, access)
+    """Freeze an argument the way a kernel launch does: by value, on the host, now.
+
+    A torch op asks for a typed data pointer and refuses a tensor that has
+    elements but no storage; a raw pointer argument (``raw``) takes whatever
+    ``data_ptr()`` says, 0 included. ``storage_nbytes`` is what the storage
+    holds from the pointer on, so an extent past it shows in the trace.
+    """
+    if type(a) is TensorHandle or isinstance(a, TensorHandle):
+        held = a.storage.nbytes
+        if not held:
+            if a.numel:
+                raise StorageNotAllocated(
+                    f"{a.label!r} has {a.numel} elements (shape {list(a._shape)}) but its storage "
+                    "was freed (untyped_storage().resize_(0)): the tensor has a non-zero number of "
+                    "elements, but its data is not allocated yet. Re-allocate it (resize_ the "
+                    "storage back) before this op, or free it only after its last use.")
+            return Arg(name, a.id, a.label, 0, 0, a._shape, 0, access, 0)
+        itemsize = a.itemsize
+        return Arg(name, a.id, a.label, a.storage.ptr + a.offset * itemsize, a.numel, a._shape,
+                   a.numel * itemsize, access, held - a.offset * itemsize)
     if isinstance(a, RawArg):
         t = a.tensor
-        return Arg(name, t.id, t.label, t.ptr, a.numel, (a.numel,), a.numel * t.itemsize, access)
-    if isinstance(a, TensorHandle):
-        return Arg(name, a.id, a.label, a.ptr, a.numel, a.shape, a.nbytes, access)
+        held = t.storage.nbytes
+        return Arg(name, t.id, t.label, t.ptr, a.numel, (a.numel,), a.numel * t.itemsize, access,
+                   held - t.offset * t.itemsize if held else 0)
     raise TypeError(f"kernel arguments must be TensorHandle or raw(...), got {type(a).__name__}")

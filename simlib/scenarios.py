@@ -9,6 +9,9 @@ uses the vocabulary of ``simlib.spec``.
 The program mirrors SGLang: the dual-stream path is taken only while
 capturing; eager runs (warm-up, the reference) go shared expert first, then
 routed experts, on one stream, which is always correct.
+
+``play(rt, cfg)`` does the same on a runtime the caller made, which is how
+``simlib.schedules.explore`` replays one configuration under other schedules.
 """
 
 from __future__ import annotations
@@ -74,7 +77,10 @@ class MoELayer:
         main = rt.current_stream
         x_shared = rt.clone(x, self._name("x_clone")) if c.clone else x
         routed_s, shared_s = (main, self.alt) if c.routed_stream == "main" else (self.alt, main)
-        self.alt.wait_stream(main)                                     # fork
+        if c.capture_fault != "missing_fork":
+            self.alt.wait_stream(main)                                 # fork
+        if c.record_stream:
+            x.record_stream(self.alt)
         if c.capture_fault == "device_sync":
             rt.synchronize()
         if c.capture_fault == "query_captured_event":
@@ -84,7 +90,10 @@ class MoELayer:
                     "routed": lambda: self._routed(x, capturing=True)}
         first, second = ("shared", "routed") if c.order == "shared_first" else ("routed", "shared")
         for name in (first, second):
-            with rt.stream(shared_s if name == "shared" else routed_s):
+            stream = shared_s if name == "shared" else routed_s
+            with rt.stream(stream):
+                if stream is self.alt and c.alt_delay_us:
+                    rt.sleep(c.alt_delay_us, label=self._name("alt_delay"))   # torch.cuda._sleep
                 results[name] = branches[name]()
         if c.capture_fault != "unjoined":
             main.wait_stream(self.alt)                                 # join
@@ -138,11 +147,11 @@ class MoELayer:
         xp = rt.op("permute", x, topk, out_shape=(T * k, H), role="copy", label=n("x_permuted"),
                    fn=stage("routed", 1, 5))
         if c.dispose == "always" or (c.dispose == "skip_in_capture" and not capturing):
-            rt.set_(x, None, why="dispose_tensor(hidden_states) after the pre-permute copy")
+            self._dispose(x, "dispose_tensor(hidden_states) after the pre-permute copy")
         up = rt.op("experts.gate_up", xp, out_shape=(T * k, 2 * I), role="routed",
                    label=n("experts.gate_up"), fn=stage("routed", 2, 5))
         if c.dispose == "own_buffer":
-            rt.set_(xp, None, why="dispose_tensor(permuted copy) after its last use")
+            self._dispose(xp, "dispose_tensor(permuted copy) after its last use")
         act = rt.op("experts.act", up, out_shape=(T * k, I), role="routed", label=n("experts.act"),
                     fn=stage("routed", 3, 5))
         down = rt.op("experts.down", act, out_shape=(T * k, H), role="routed",
@@ -151,6 +160,18 @@ class MoELayer:
                        label=n("routed_out"), fn=stage("routed", 5, 5))
         self._drop(xp, up, act, down, topk)
         return routed
+
+    def _dispose(self, t: TensorHandle, why: str) -> None:
+        """``dispose_tensor(t)``, the way ``cfg.dispose_kind`` says (``simlib.spec.DISPOSE_KINDS``)."""
+        rt, kind = self.rt, self.cfg.dispose_kind
+        if kind == "set_empty":
+            rt.set_(t, None, why=why)
+        elif kind == "set_scalar":
+            scalar = rt.empty((), f"{t.label}.scalar", itemsize=t.itemsize)   # torch.empty([])
+            rt.set_(t, scalar, why=why)
+            rt.release(scalar)
+        else:
+            rt.resize_storage_(t, 0, why=why)
 
     def _merge(self, h: TensorHandle, routed: TensorHandle, shared: TensorHandle,
                *temporaries: TensorHandle) -> TensorHandle:
@@ -227,8 +248,12 @@ def run(cfg: MoEConfig | None = None, profile: Profile | None = None, *,
     ``dual_stream=False`` captures the one-stream path instead (the baseline
     that overlap is measured against).
     """
-    cfg = cfg or MoEConfig()
-    rt = Runtime(profile)
+    return play(Runtime(profile), cfg or MoEConfig(), dual_stream=dual_stream)
+
+
+def play(rt: Runtime, cfg: MoEConfig, *, dual_stream: bool = True) -> ScenarioResult:
+    """``run`` on a runtime the caller made (with a schedule, say)."""
+    profile = rt.profile
     result = ScenarioResult(cfg, CORRECT, rt)
     main = rt.Stream("main")
     references: dict[str, Expr] = {}
@@ -239,7 +264,8 @@ def run(cfg: MoEConfig | None = None, profile: Profile | None = None, *,
         if cfg.capture_fault == "uncaptured_wait":
             outside = main.record_event()
         try:
-            with rt.graph(main, label="decode_step", inputs=[h]) as g:
+            with rt.graph(main, label="decode_step", inputs=[h],
+                          capture_error_mode=cfg.capture_mode) as g:
                 if cfg.capture_fault == "uncaptured_wait":
                     main.wait_event(outside)
                 out = model.forward(h, capturing=True, dual_stream=dual_stream)

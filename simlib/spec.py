@@ -13,16 +13,23 @@ that describe configurations).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .glossary import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SHAPE_MISMATCH, SILENT_WRONG,  # noqa: F401
                        UNORDERED, capture_error)
+from .graph import CAPTURE_MODES
 
 ORDERS = ("shared_first", "routed_first")
 ROUTED_STREAMS = ("main", "alt")
 SHARED_MODES = ("plain", "static_buffer", "raw_kernel")
 DISPOSE_POLICIES = ("always", "skip_in_capture", "own_buffer", "never")
+DISPOSE_KINDS = (
+    "set_empty",        # x.set_(torch.empty((0,))): shape (0,), pointer 0 (SGLang)
+    "set_scalar",       # x.set_(torch.empty([])): a 0-dim tensor in a 2-byte block
+    "resize_storage",   # x.untyped_storage().resize_(0): pointer 0, shape kept (FSDP)
+)
 INPUT_MODES = ("fresh", "stale", "same_as_eager")
 CAPTURE_FAULTS = (
     "none",
@@ -31,6 +38,7 @@ CAPTURE_FAULTS = (
     "unjoined",              # the alternate stream never joins back
     "uncaptured_wait",       # a capturing stream waits on an event recorded outside
     "query_captured_event",  # event.query() on an event recorded inside the capture
+    "missing_fork",          # the alternate stream never waits on the capture, then joins
 )
 
 
@@ -63,6 +71,14 @@ class MoEConfig:
                    SGLang PR #29142, so they can feed the residual add with PDL)
                    or ``alt`` (before it; the shared expert then runs on main)
     pdl            launch the residual add with programmatic dependent launch
+    dispose_kind   how ``dispose_tensor`` frees a tensor (``DISPOSE_KINDS``)
+    capture_mode   ``torch.cuda.graph``'s ``capture_error_mode``
+                   (``simlib.graph.CAPTURE_MODES``; PyTorch's default is ``global``)
+    alt_delay_us   under capture, a kernel that only waits this long
+                   (``torch.cuda._sleep``) heads the branch on the alternate
+                   stream: how a slower branch makes a race bite
+    record_stream  under capture, ``x.record_stream(alt)`` before the branches, so
+                   the caching allocator keeps ``x``'s block until the capture ends
     """
 
     order: str = "routed_first"
@@ -80,15 +96,25 @@ class MoEConfig:
     replays: int = 3
     pdl: bool = False
     routed_stream: str = "main"
+    dispose_kind: str = "set_empty"
+    capture_mode: str = "global"
+    alt_delay_us: float = 0.0
+    record_stream: bool = False
 
     def __post_init__(self) -> None:
         _choice("order", self.order, ORDERS)
         _choice("shared_mode", self.shared_mode, SHARED_MODES)
         _choice("dispose", self.dispose, DISPOSE_POLICIES)
+        _choice("dispose_kind", self.dispose_kind, DISPOSE_KINDS)
         _choice("inputs", self.inputs, INPUT_MODES)
         _choice("capture_fault", self.capture_fault, CAPTURE_FAULTS)
+        _choice("capture_mode", self.capture_mode, CAPTURE_MODES)
         _choice("routed_stream", self.routed_stream, ROUTED_STREAMS)
-        for name in ("clone", "pdl"):
+        delay = self.alt_delay_us
+        if (not isinstance(delay, int | float) or isinstance(delay, bool) or not math.isfinite(delay)
+                or delay < 0):
+            raise ValueError(f"alt_delay_us must be a number of microseconds >= 0, got {delay!r}")
+        for name in ("clone", "pdl", "record_stream"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("layers", "tokens", "hidden", "intermediate", "experts", "top_k", "replays"):
@@ -107,12 +133,22 @@ class MoEConfig:
     def name(self) -> str:
         """A short, stable identifier, e.g. ``routed_first/static_buffer/always``."""
         parts = [self.order, self.shared_mode, self.dispose]
+        if self.dispose_kind != "set_empty":
+            parts.append(self.dispose_kind)
         if self.clone:
             parts.append("clone")
         if self.inputs != "fresh":
             parts.append(f"inputs={self.inputs}")
         if self.capture_fault != "none":
             parts.append(f"fault={self.capture_fault}")
+        if self.capture_mode != "global":
+            parts.append(f"mode={self.capture_mode}")
+        if self.record_stream:
+            parts.append("record_stream")
+        if self.alt_delay_us:
+            parts.append(f"alt_delay={self.alt_delay_us:g}us")
+        if self.replays != 3:
+            parts.append(f"replays={self.replays}")
         return "/".join(parts)
 
     def with_(self, **changes: Any) -> "MoEConfig":
@@ -152,6 +188,20 @@ def _matrix() -> tuple[MoEConfig, ...]:
     # The capture errors docs/design.md lists, on an otherwise correct program.
     for fault in CAPTURE_FAULTS[1:]:
         rows.append(base.with_(order="shared_first", capture_fault=fault))
+    # A missing fork in the other capture modes: which call each one refuses first.
+    for mode in CAPTURE_MODES[1:]:
+        rows.append(base.with_(order="shared_first", capture_fault="missing_fork", capture_mode=mode))
+    # Other ways to dispose: the storage freed with the shape kept (FSDP), set_ to a 0-dim tensor.
+    for mode in SHARED_MODES:
+        rows.append(base.with_(shared_mode=mode, dispose_kind="resize_storage"))
+    for mode in ("plain", "raw_kernel"):
+        rows.append(base.with_(shared_mode=mode, dispose_kind="set_scalar"))
+    # The reorder fix's race, made to bite by a slower alternate branch; many replays give a
+    # rate of wrong ones. record_stream keeps x's block out of reach and fixes it.
+    race = base.with_(order="shared_first", replays=200)
+    for delay in (0.0, 20.0, 100.0):
+        rows.append(race.with_(alt_delay_us=delay))
+    rows.append(race.with_(alt_delay_us=100.0, record_stream=True))
     return tuple(rows)
 
 

@@ -20,6 +20,7 @@ from .memory import Storage
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+    from .stream import Stream
     from .values import Expr
 
 
@@ -81,12 +82,38 @@ class TensorHandle:
     def item(self) -> "Expr":
         return self._rt.item(self)
 
+    def untyped_storage(self) -> "UntypedStorage":
+        """The storage this handle (and every view of it) points into."""
+        return UntypedStorage(self)
+
+    def record_stream(self, stream: "Stream") -> None:
+        """Tell the caching allocator that ``stream`` uses this tensor's block."""
+        self._rt.record_stream(self, stream)
+
     def release(self) -> None:
         self._rt.release(self)
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.shape)) or "scalar"
         return f"<TensorHandle {self.label!r} [{shape}] ptr={hex(self.ptr)}>"
+
+
+@dataclass(frozen=True)
+class UntypedStorage:
+    """``t.untyped_storage()``: the block behind ``t``, shared by all its views."""
+
+    tensor: TensorHandle
+
+    def nbytes(self) -> int:
+        return self.tensor.storage.nbytes
+
+    def data_ptr(self) -> int:
+        return self.tensor.storage.ptr if self.tensor.storage.nbytes else 0
+
+    def resize_(self, nbytes: int) -> "UntypedStorage":
+        """``resize_(0)`` frees the block while every tensor on it keeps its shape."""
+        self.tensor._rt.resize_storage_(self.tensor, nbytes)
+        return self
 
 
 @dataclass(frozen=True)

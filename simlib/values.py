@@ -155,21 +155,34 @@ class Sum(Expr):
 
 
 class Garbage(Expr):
-    """Bytes nobody meant to be there: uninitialised, or a different tensor's."""
+    """Bytes nobody meant to be there: uninitialised, or a different tensor's.
 
-    __slots__ = ("why",)
+    ``parts`` are the values whose bytes a read ran into (a read past the end
+    of its storage reads its neighbours): the garbage changes when they do, so
+    two replays that read different neighbours get different wrong answers.
+    """
+
+    __slots__ = ("why", "parts")
     why: str
+    parts: tuple[Expr, ...]
 
-    def __new__(cls, why: str) -> "Garbage":
+    def __new__(cls, why: str, parts: tuple[Expr, ...] = ()) -> "Garbage":
+        parts = tuple(parts)
         obj = object.__new__(cls)
-        obj._init((why,), why=why)
+        obj._init((why, *[p._hash for p in parts]), why=why, parts=parts)
         return obj
 
     def _fields(self) -> tuple[Any, ...]:
-        return (self.why,)
+        return (self.why, len(self.parts))
+
+    def _children(self) -> tuple[Expr, ...]:
+        return self.parts
 
     def _parts(self) -> list["str | Expr"]:
-        return [f"<garbage: {self.why}>"]
+        out: list[str | Expr] = [f"<garbage: {self.why}"]
+        for i, p in enumerate(self.parts):
+            out += ["; " if i else ": ", p]
+        return out + [">"]
 
 
 ZERO = Const(0)
@@ -252,7 +265,10 @@ def _value(node: Expr, memo: dict[int, list[float]], dim: int) -> list[float]:
         return [node.value] * dim
     if isinstance(node, Sym | Garbage):
         rng = random.Random(zlib.crc32(f"{type(node).__name__}:{node._fields()[0]}".encode()))
-        return [rng.gauss(0.0, 1.0) for _ in range(dim)]
+        noise = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+        if isinstance(node, Garbage) and node.parts:   # varies with what the neighbours hold
+            return [n * sum(col) for n, col in zip(noise, zip(*(memo[id(p)] for p in node.parts)))]
+        return noise
     if isinstance(node, Sum):
         return [sum(col) for col in zip(*(memo[id(t)] for t in node.terms))]
     assert isinstance(node, Call)

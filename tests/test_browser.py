@@ -7,14 +7,16 @@ on a free loopback port, on a temporary copy of ``notebooks/`` (the committed no
 are never modified), and drive Debian's Chromium through Playwright:
 
 * the static HTML edition (``scripts/build_html.py``, what ``make html`` runs, built into a
-  temporary folder and served on loopback): every page loads without console errors, failed
-  or off-machine requests, and the widgets render from their saved state;
+  temporary folder and served on loopback): the contents list the notebooks in reading order,
+  every page loads without console errors, failed or off-machine requests, shows each picture
+  once, and the widgets render from their saved state;
 * notebook 03 in JupyterLab: Run > Run All Cells, find the explorer's controls, move the
   host-step slider with the keyboard and click the order toggle; the picture must change;
 * notebook 06 in JupyterLab: type a wrong, then a right answer into exercise 1 and run its
-  self-check; the explanation, then the confirmation, must show.
+  self-check; the coaching (and no traceback), then the confirmation, must show.
 
-Screenshots (and the JupyterLab log) are written to ``out/browser/``.
+Screenshots (and the JupyterLab log) are written to ``out/browser/``, among them every
+picture of the HTML edition as a page shows it (``html-<notebook>-picture-<n>.png``).
 
 Without Chromium (``/usr/bin/chromium``, or the path in ``$CHROMIUM``) or the ``playwright``
 package the tests skip, saying how to install them; with ``CI=true`` (which ``.ci/run``
@@ -170,14 +172,19 @@ def html_edition(browser, tmp_path_factory):
 def test_html_edition_pages_load_offline_without_errors_and_show_the_widgets(html_edition, page):
     from playwright.sync_api import expect
 
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from build_html import reading_order, repeated_pictures
+
     out, url = html_edition
     p = page.page
     p.goto(f"{url}/index.html")
     links = p.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
-    assert sorted(links) == sorted(f"{nb.stem}.html" for nb in NOTEBOOKS.glob("*.ipynb"))
+    assert links == [f"{nb.stem}.html" for nb in sorted(NOTEBOOKS.glob("*.ipynb"), key=reading_order)]
+    assert links.index("06-lab.html") < links.index("06-lab-solutions.html")
     assert not page.problems(), page.problems()
 
     for link in links:
+        assert repeated_pictures((out / link).read_text()) == [], f"{link} shows a picture twice"
         p.goto(f"{url}/{link}", wait_until="load")
         views = p.locator('script[type="application/vnd.jupyter.widget-view+json"]').count()
         if views:
@@ -187,6 +194,11 @@ def test_html_edition_pages_load_offline_without_errors_and_show_the_widgets(htm
         p.wait_for_load_state("networkidle")
         assert_no_widget_failures(p, p.locator("body"))
         assert not page.problems(), f"{link}: {page.problems()}"
+        pictures = p.locator(".jp-OutputArea-output img")
+        for i in range(pictures.count()):
+            picture = pictures.nth(i)
+            picture.scroll_into_view_if_needed()
+            shot(p, f"html-{link.removesuffix('.html')}-picture-{i}.png", picture)
 
     p.goto(f"{url}/03-the-dispose-bug.html", wait_until="load")
     order = p.locator(".widget-toggle-buttons").filter(
@@ -486,7 +498,7 @@ def test_dispose_bug_explorer_renders_and_redraws_in_jupyterlab(lab, page):
 
 
 # ----------------------------------------------------------------- notebook 06
-def _check_message(answer: str) -> tuple[bool, str]:
+def _check_message(answer: object) -> tuple[bool, str]:
     """(right?, first line of what ``lab.check(1, answer)`` says), from simlib itself."""
     import contextlib
     import io
@@ -516,10 +528,9 @@ def test_lab_self_check_explains_a_wrong_answer_and_confirms_a_right_one(lab, pa
     from playwright.sync_api import expect
 
     from simlib import lab as simlab
-    from simlib.spec import ORDERS
 
     right = simlab.expected(1)
-    wrong = next(o for o in ORDERS if o != right)
+    wrong = {**right, "shared_first": "correct"}     # the answer the tutorial used to teach
     wrong_ok, wrong_text = _check_message(wrong)
     right_ok, right_text = _check_message(right)
     assert not wrong_ok and right_ok
@@ -531,15 +542,17 @@ def test_lab_self_check_explains_a_wrong_answer_and_confirms_a_right_one(lab, pa
     output = check.locator(".jp-OutputArea")
     expect(output).to_contain_text("not answered yet")
 
-    _answer(p, f'answer_1 = "{wrong}"')
-    expect(output).to_contain_text("AssertionError")
+    _answer(p, f"answer_1 = {wrong!r}")
     expect(output).to_contain_text(wrong_text)
+    expect(output).to_contain_text("Read: notebook")
+    for traceback in ("Traceback", "lab.py", "AssertionError"):   # coaching, not a stack
+        expect(output).not_to_contain_text(traceback)
     check.scroll_into_view_if_needed()
     shot(p, "lab-06-wrong-answer.png")
 
-    _answer(p, f'answer_1 = "{right}"')
+    _answer(p, f"answer_1 = {right!r}")
     expect(output).to_contain_text(right_text)
-    expect(output).not_to_contain_text("AssertionError")
+    expect(output).not_to_contain_text("not yet")
     kernel_idle(p)
     check.scroll_into_view_if_needed()
     shot(p, "lab-06-right-answer.png")

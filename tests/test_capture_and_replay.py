@@ -188,10 +188,11 @@ def test_capture_is_refused_on_the_legacy_default_stream():
 def test_legacy_stream_work_during_capture_of_a_blocking_stream_is_implicit():
     rt = Runtime()
     blocking = rt.Stream("blocking", blocking=True)
+    x, y = rt.empty((1,), "x"), rt.empty((1,), "y")   # before capture: no cudaMalloc during it
     with pytest.raises(StreamCaptureImplicit):
         with rt.graph(blocking):
             with rt.stream(rt.default_stream):
-                rt.op("legacy", rt.empty((1,), "x"), out_shape=(1,))
+                rt.launch("legacy", reads=[x], writes=[y])
 
 
 def test_launch_records_carry_the_graph_and_eager_ones_do_not(rt):

@@ -272,15 +272,23 @@ def test_every_fix_is_clean(config):
 @pytest.mark.parametrize("mode", ["static_buffer", "raw_kernel"])
 def test_routed_first_is_the_seed_bug(mode):
     findings = scenario_findings(MoEConfig(order="routed_first", shared_mode=mode))
-    assert rules(findings) == [(1, ERROR), (2, ERROR)]
-    assert {f.label for f in findings} == {"x"}
-    assert all(f.pointers[1] == 0 for f in findings)      # the shared expert froze a null pointer
+    seed = [f for f in findings if f.rule in (1, 2)]
+    assert rules(seed) == [(1, ERROR), (2, ERROR)]
+    assert {f.label for f in seed} == {"x"}
+    assert all(f.pointers[1] == 0 for f in seed)          # the shared expert got a null pointer
+    # the static buffer keeps the warm-up's answer (rule 7); the raw kernel's node faults instead
+    frozen = [f for f in findings if f.rule == 7]
+    assert [f.label for f in frozen] == (["shared_out"] if mode == "static_buffer" else [])
+    for f in frozen:                                      # with the dispose and the op it emptied
+        assert "set_ of 'x'" in f.why and "'shared.down' on alt" in f.why and "launched nothing" in f.why
 
 
 def test_routed_first_plain_fails_at_capture_with_nothing_frozen_wrong():
     result = scenarios.run(MoEConfig(order="routed_first", shared_mode="plain"))
     assert result.outcome == "capture_error:shape_mismatch"
-    assert check(result.trace) == []
+    [failed] = check(result.trace)
+    assert (failed.rule, failed.code, failed.severity) == (0, "capture_failed", ERROR)
+    assert "There is no graph" in failed.why and "emptied 'x'" in failed.why
 
 
 @pytest.mark.parametrize("mode", ["plain", "raw_kernel"])
@@ -307,20 +315,20 @@ def test_stale_inputs_are_rule_5_and_refreshed_ones_are_not(order):
 def test_the_checker_sees_the_bug_that_replaying_the_eager_input_hides():
     config = MoEConfig(order="routed_first", inputs="same_as_eager")
     assert scenarios.run(config).outcome == "correct"
-    assert rules(scenario_findings(config)) == [(1, ERROR), (2, ERROR)]
+    assert rules(scenario_findings(config)) == [(1, ERROR), (2, ERROR), (7, ERROR)]
 
 
-def test_an_unjoined_alt_stream_races_the_merge():
+def test_an_unjoined_alt_stream_fails_the_capture_and_no_race_is_reported():
     findings = scenario_findings(MoEConfig(order="shared_first", capture_fault="unjoined"))
-    # (plus the rule 4 warning every shared_first + dispose "always" capture carries)
-    assert sorted(rules(findings)) == [(3, WARNING), (4, WARNING)]
-    race = next(f for f in findings if f.rule == 3)
-    assert "'shared.down' on stream alt" in race.why
+    assert rules(findings) == [(0, ERROR)]                # no rule 3/4 on a graph that never existed
+    assert "cudaErrorStreamCaptureUnjoined" in findings[0].why
+    assert "main.wait_stream(alt)" in findings[0].fix
 
 
 def test_every_layer_is_checked():
     findings = scenario_findings(MoEConfig(layers=3))
-    assert sorted(f.label for f in findings) == sorted(f"L{i}.x" for i in range(3) for _ in (1, 2))
+    assert sorted(f.label for f in findings) == sorted(
+        [f"L{i}.x" for i in range(3) for _ in (1, 2)] + [f"L{i}.shared_out" for i in range(3)])
 
 
 @pytest.mark.parametrize("config", [MoEConfig(), MoEConfig(order="shared_first", shared_mode="plain",

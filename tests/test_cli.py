@@ -33,7 +33,7 @@ def test_routed_first_reports_the_seed_bug_and_fails(capsys):
     assert code == 1
     assert "ERROR rule 1 (host_mutation)" in out and "ERROR rule 2 (empty_argument)" in out
     assert "pointers: 0x7e" in out and ", 0x0" in out
-    assert "silent_wrong" in out.splitlines()[0]
+    assert out.splitlines()[0].endswith("simulated outcome: silently wrong")    # glossary words
 
 
 def test_shared_first_passes_with_its_warning_unless_strict(capsys):
@@ -49,10 +49,23 @@ def test_a_fix_is_clean(capsys):
     assert code == 0 and "No capture hazards found." in out
 
 
-def test_a_failed_capture_is_said_clearly_and_fails(capsys):
+def test_a_failed_capture_is_said_clearly_and_first_and_fails(capsys):
     code, out, _ = cli(capsys, "check", "--order", "routed_first", "--shared-mode", "plain")
     assert code == 1
-    assert "CAPTURE FAILED: shape_mismatch" in out and "'x' has shape [0]" in out
+    first, second = out.splitlines()[:2]
+    assert first.endswith("simulated outcome: a capture error (shape_mismatch), so there is no graph")
+    assert second.startswith("CAPTURE FAILED: shape_mismatch") and "'x' has shape [0]" in second
+    assert "replays were" not in out and "No capture hazards found" not in out
+    assert "ERROR rule 0 (capture_failed)" in out and out.rstrip().endswith("1 error, 0 warnings.")
+
+
+def test_a_failed_capture_in_a_saved_trace_is_reported_before_anything_else(capsys, tmp_path):
+    path = tmp_path / "failed.json"
+    path.write_text(scenarios.run(MoEConfig(order="shared_first", capture_fault="unjoined")).trace.to_json())
+    code, out, _ = cli(capsys, "check", "--trace", str(path), "--strict")
+    lines = out.splitlines()
+    assert code == 1 and lines[1] == "CAPTURE FAILED: capture of graph 0 ended with cudaErrorStreamCaptureUnjoined"
+    assert lines[3].startswith("ERROR rule 0 (capture_failed)") and "rule 3" not in out and "rule 4" not in out
 
 
 def test_json_findings(capsys):
@@ -137,13 +150,34 @@ def test_bad_input_is_a_usage_error(capsys, argv, message):
     ('{"version": 99, "records": []}', "version 99 is not supported"),
     ('{"version": 1, "records": [{"kind": "warp"}]}', "unknown trace record kind 'warp'"),
     ('{"version": 1, "records": [{"kind": "launch", "step": 0}]}', "malformed 'launch' record"),
-    ("[1, 2]", "is not a simlib trace"),
+    ("[1, 2]", "is a JSON list, not a simlib trace"),
+    ('{"traceEvents": [], "displayTimeUnit": "ns"}', "is a Chrome/Perfetto trace, not a simlib trace"),
+    ("3", "holds a JSON int, not a simlib trace"),
 ])
 def test_a_bad_trace_file_is_a_usage_error(capsys, tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(content)
     code, _, err = cli(capsys, "check", "--trace", str(path))
     assert code == 2 and message in err
+
+
+def test_an_exported_chrome_trace_given_to_check_says_what_it_is(capsys, tmp_path):
+    exported = tmp_path / "perfetto.json"
+    assert cli(capsys, "export", "--out", str(exported))[0] == 0
+    code, _, err = cli(capsys, "check", "--trace", str(exported))
+    assert code == 2 and "is a Chrome/Perfetto trace, not a simlib trace" in err
+    assert "Give --trace the simlib trace itself" in err and "Traceback" not in err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.Popen([sys.executable, "-m", "simlib", "check", "--layers", "61"], cwd=root,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert run.stdout is not None and run.stderr is not None
+    assert run.stdout.readline().startswith(b"scenario moe")     # like `| head -1`: then close
+    run.stdout.close()
+    err = run.stderr.read().decode()
+    assert run.wait() == 1 and err == ""                          # no BrokenPipeError traceback
 
 
 def test_subprocess_smoke(tmp_path):

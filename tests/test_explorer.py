@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import statistics
 import subprocess
@@ -66,7 +67,9 @@ def test_gpu_table_shows_provenance_the_measured_cells_and_the_simulators_agreem
         assert word in text
     assert "silent_wrong (err 0.67)" in text
     assert "capture_error:shape_mismatch" in text and "illegal_address" in text
-    assert "predicts the same outcome in 6 of 6 measured cells" in text
+    assert "its verdict agrees with 6 of 6 measured cells" in text
+    # shared first: the H200's replays were correct, the simulator's verdict is unordered
+    assert "shared_first/static_buffer/always: unordered (the GPU's replays: correct)" in text
     assert "No GPU results recorded" in explorer.gpu_table(tmp_path / "missing.json")
 
 
@@ -76,10 +79,10 @@ def test_fix_table_flags_the_reorder_fix_and_clears_the_robust_ones():
     lines = explorer.fix_table(fixes).splitlines()
     assert lines[1].split() == ["fix", "plain", "static_buffer", "raw_kernel"]
     rows = {line.split()[0]: line for line in lines[3:6]}
-    assert "capture error, no graph" in rows["none"]
-    assert "WRONG, err 1,2" in rows["none"] and "CRASH, err 1,2" in rows["none"]
-    assert rows["reorder"].count("correct, warn 4") == 3
-    assert rows["skip"].count("correct, clean") == 3
+    assert "capture fails: shape_mismatch; no graph" in rows["none"]
+    assert "silently wrong; err 1,2" in rows["none"] and "illegal address; err 1,2" in rows["none"]
+    assert rows["reorder"].count("unordered: a race; warn 4") == 3
+    assert rows["skip"].count("correct; clean") == 3
     costs = explorer.cost_table(fixes).splitlines()
     assert all(word in costs[0] for word in ("replay µs", "graph nodes", "pool KiB"))
     incident, reorder, skip = (line.split() for line in costs[2:])
@@ -91,7 +94,7 @@ def test_outcome_table_is_the_simulators_three_by_two():
     lines = explorer.outcome_table(INCIDENT).splitlines()
     assert lines[0].split()[:4] == ["shared", "expert", "consumes", "x"]
     cells = {line.split()[0]: line.split()[1:] for line in lines[2:]}
-    assert cells["plain"] == ["correct", "(err", "0.00)", "capture_error:shape_mismatch"]
+    assert cells["plain"] == ["unordered", "(err", "0.00)", "capture_error:shape_mismatch"]
     assert cells["static_buffer"][-3:-1] == ["silent_wrong", "(err"]
     assert float(cells["static_buffer"][-1].rstrip(")")) > 0.1
     assert cells["raw_kernel"][-1] == "illegal_address"
@@ -144,7 +147,7 @@ def test_moving_the_slider_redraws_into_the_same_figure(ex):
 
 def test_before_the_dispose_every_launch_froze_a_live_pointer(ex):
     ex.slider.value = ex.landmarks["dispose"] - 1
-    assert ex.title == "Every captured launch froze a live pointer"
+    assert ex.title.startswith("The capture froze ") and ex.title.endswith("every pointer live")
     ex.slider.value = ex.landmarks["dispose"]
     assert "every launch so far froze a live x" in ex.title
 
@@ -154,7 +157,8 @@ def test_changing_the_order_resimulates_and_refits_the_slider(ex):
     result = explorer.scenario(INCIDENT.with_(order="shared_first"))
     assert ex.config.order == "shared_first" and ex.redraws == 2
     assert (ex.slider.min, ex.slider.max) == capture_steps(result)
-    assert ex.status[0] == "shared_first/static_buffer/always: correct"
+    assert ex.status[0] == ("shared_first/static_buffer/always: correct on every replay we ran, "
+                            "but unordered: a race the hardware has not lost yet")
     assert ex.status[-1] == "checker: 1 warning (rule 4 reuse_after_free)"
 
 
@@ -215,7 +219,7 @@ def test_redraws_are_fast_enough_to_feel_live(ex):
     assert statistics.median(times) < 400
 
 
-def test_displaying_it_gives_the_widget_and_a_text_fallback(ex, monkeypatch, capsys):
+def test_displaying_it_gives_one_picture_the_widget_or_its_static_copy(ex, monkeypatch, capsys):
     display = pytest.importorskip("IPython.display")
     shown = []
     monkeypatch.setattr(display, "display", lambda obj, **kw: shown.append((obj, kw)))
@@ -223,10 +227,15 @@ def test_displaying_it_gives_the_widget_and_a_text_fallback(ex, monkeypatch, cap
     (bundle, kw), = shown
     assert kw == {"raw": True}
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert bundle["text/plain"].startswith("Interactive explorer")
+    assert base64.b64decode(bundle["image/png"]) == explorer.small_png(ex.figure, ex.dpi)
+    assert bundle["text/plain"] == (f"[explorer: needs a running Python kernel] {INCIDENT.name}, "
+                                    f"pointers at host step {ex.step}: {ex.title}")
     shown.clear()
-    ex.snapshot()
+    ex.snapshot()                              # the same view: its picture is already shown
     assert capsys.readouterr().out.splitlines()[0] == \
-        "routed_first/static_buffer/always: silent_wrong"
+        "routed_first/static_buffer/always: silently wrong"
+    assert shown == []
+    ex.set(step=None)
+    ex.snapshot()                              # another view: now it shows the picture
     (picture, _), = shown
     assert isinstance(picture, explorer.Picture) and picture.fig is ex.figure

@@ -16,9 +16,9 @@ torch = pytest.importorskip("torch")
 from simlib.spec import MoEConfig  # noqa: E402
 from simlib.trace import EventOp, HostSync, Launch, Mutation, Replay, Trace  # noqa: E402
 
-from gpu_demo.cli import main  # noqa: E402
+from gpu_demo.cli import _config, build_parser, main  # noqa: E402
 from gpu_demo.kernels import swiglu  # noqa: E402
-from gpu_demo.moe import MoEStack  # noqa: E402
+from gpu_demo.moe import MoEStack, dispose_tensor  # noqa: E402
 from gpu_demo.outcomes import classify_capture_failure, first_error, relative_error  # noqa: E402
 from gpu_demo.recorder import record_moe  # noqa: E402
 from gpu_demo.settings import RunSettings  # noqa: E402
@@ -123,6 +123,39 @@ def test_eager_output_is_the_same_for_every_shared_mode_order_and_dispose():
                                      ("raw_kernel", "routed_first", "always")]:
             outs.append(MoEStack(SMALL.with_(shared_mode=mode, order=order, dispose=dispose), CPU32)(residual))
     assert all(relative_error(o, outs[0]) < 1e-6 for o in outs[1:])
+
+
+def test_the_options_that_act_only_under_capture_leave_eager_output_alone():
+    residual = torch.randn(4, 32)
+    with torch.no_grad():
+        base = MoEStack(SMALL, CPU32)(residual)
+        for changes in (dict(dispose_kind="set_scalar"), dict(dispose_kind="resize_storage"),
+                        dict(alt_delay_us=50.0, record_stream=True), dict(capture_mode="relaxed")):
+            assert relative_error(MoEStack(SMALL.with_(**changes), CPU32)(residual), base) < 1e-6
+
+
+@pytest.mark.parametrize("kind, shape, numel, null", [
+    ("set_empty", (0,), 0, True), ("set_scalar", (), 1, False), ("resize_storage", (4, 8), 32, True)])
+def test_each_dispose_kind_leaves_what_the_simulator_models(kind, shape, numel, null):
+    x = torch.randn(4, 8)
+    dispose_tensor(x, kind)
+    assert tuple(x.shape) == shape and x.numel() == numel and (x.data_ptr() == 0) is null
+
+
+def test_the_cli_flags_build_the_new_options():
+    args = build_parser().parse_args(["run", "--dispose-kind", "resize_storage", "--capture-mode", "relaxed",
+                                      "--alt-delay-us", "20", "--record-stream", "--replays", "200"])
+    assert _config(args) == MoEConfig(dispose_kind="resize_storage", capture_mode="relaxed", alt_delay_us=20.0,
+                                      record_stream=True, replays=200)
+
+
+def test_wrong_replays_count_errors_above_tolerance_nan_and_faults():
+    from gpu_demo.harness import CaseResult, count_wrong
+
+    assert count_wrong([0.0, 0.5, float("nan"), None], 1e-2) == 3
+    assert count_wrong([], 1e-2) is None
+    old = {"config": SMALL.to_dict(), "outcome": "correct", "errors": [0.0], "tolerance": 1e-2}
+    assert CaseResult(**old).wrong_replays is None       # a case recorded before the field existed
 
 
 def test_dry_capture_shows_the_stale_shared_buffer_on_the_cpu():
@@ -232,6 +265,9 @@ def test_a_recorded_trace_survives_json():
      "capture_error:shape_mismatch"),
     ("CUDA error: an illegal memory access was encountered", "illegal_address"),
     ("something else entirely", "capture_error:RuntimeError"),
+    ("The tensor has a non-zero number of elements, but its data is not allocated yet.\nIf you're using",
+     "capture_error:storage_not_allocated"),
+    ("both arguments to linear need to be at least 1D, but they are 0D and 2D", "capture_error:shape_mismatch"),
 ])
 def test_torch_error_messages_map_to_the_outcome_vocabulary(message, outcome):
     assert classify_capture_failure(RuntimeError(message)) == outcome

@@ -20,13 +20,20 @@ DESIGN_TABLE = {  # the README's table, as measured on an H200
     ("raw_kernel", "shared_first"): "correct",
     ("raw_kernel", "routed_first"): "illegal_address",
 }
+# The simulator's verdicts: shared first replays correctly, but the checker finds a race.
+VERDICTS = {cell: "unordered" if cell[1] == "shared_first" else outcome
+            for cell, outcome in DESIGN_TABLE.items()}
+RACE = "`unordered` (replays correct; checker: rule 4 (reuse_after_free) on 'x')"
 PROVENANCE = {"gpu": "NVIDIA H200", "driver": "580.65", "torch": "2.11.0", "triton": "3.6.0",
               "date_utc": "2026-11-20T10:00:00+00:00", "command": "python -m gpu_demo run --matrix"}
 
 
-def table_rows(markdown: str) -> list[list[str]]:
+def table_rows(markdown: str, *, raw: bool = False) -> list[list[str]]:
+    """The table's cells; each cell's first word unless ``raw`` (the verdict without its note)."""
     lines = [ln for ln in markdown.splitlines() if ln.startswith("| ")]
-    return [[c.strip().strip("`") for c in ln.strip("|").split("|")] for ln in lines]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    return cells if raw else [[c if i < 2 or not c.startswith("`") else c.split()[0].strip("`")
+                               for i, c in enumerate(row)] for row in cells]
 
 
 def gpu_cases(outcomes: dict[tuple[str, str], str]) -> list[dict]:
@@ -40,13 +47,19 @@ def test_without_gpu_results_it_saves_the_picture_and_the_simulated_table(tmp_pa
     assert (out / "headline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = table_rows((out / "headline.md").read_text())
     assert rows[0] == ["shared expert consumes x", "issue order", "simulator"]
-    assert {(m, o): outcome for m, o, outcome in rows[1:]} == DESIGN_TABLE
+    assert {(m, o): outcome for m, o, outcome in rows[1:]} == VERDICTS
+    raw = table_rows((out / "headline.md").read_text(), raw=True)
+    assert [r[2] for r in raw[1:] if r[1] == "shared_first"] == [RACE] * 3
     assert "No GPU results are recorded yet" in text
     assert "routed_first/static_buffer/always: silent_wrong" in text
+    assert "shared_first/static_buffer/always: unordered" in text
     assert "got:  x2 + routed(norm(x2)) + shared(norm(x1))" in text
     data = json.loads((out / "headline.json").read_text())
-    assert [h["outcome"] for h in data["headline"]] == ["correct", "silent_wrong"]
+    assert [(h["verdict"], h["replays"]) for h in data["headline"]] == [
+        ("unordered", "correct"), ("silent_wrong", "silent_wrong")]
+    assert data["headline"][0]["races"] == ["rule 4 (reuse_after_free) on 'x'"]
     assert data["gpu_provenance"] is None and len(data["design_table"]) == 6
+    assert {(r["shared_mode"], r["order"]): r["simulator"] for r in data["design_table"]} == VERDICTS
 
 
 def test_the_printed_text_is_deterministic_and_free_of_addresses(tmp_path):

@@ -13,8 +13,9 @@ from matplotlib.colors import to_hex
 
 matplotlib.use("Agg")
 
-from simlib import plots, scenarios  # noqa: E402
+from simlib import Runtime, glossary, latency, plots, profiles, scenarios  # noqa: E402
 from simlib.spec import MATRIX, MoEConfig  # noqa: E402
+from simlib.timing import Profile  # noqa: E402
 from simlib.trace import (Alloc, Arg, Capture, DeviceSpan, Free, Launch, Mutation,  # noqa: E402
                           SkippedLaunch, Trace)
 
@@ -58,11 +59,65 @@ def capture_dispose_step(result):
     return next(m.step for m in result.trace.of(Mutation) if m.graph is not None)
 
 
+def sizes(fig, gid):
+    return [z for a in fig.artists if a.get_gid() == gid for z in a.sizes_pt]
+
+
+def fork_join(*, capture: bool, profile: Profile | None = None) -> Trace:
+    """Notebooks 01 and 02's two-stream program: eager, or captured and replayed once."""
+    rt = Runtime(profile)
+    main, alt = rt.Stream("main"), rt.Stream("alt")
+
+    def body():
+        h = rt.op("norm", x, out_shape=(16, 512), role="norm")
+        alt.wait_stream(main)
+        with rt.stream(alt):
+            shared = rt.op("shared", h, out_shape=(16, 512), role="shared", duration_us=20)
+        routed = rt.op("routed", h, out_shape=(16, 512), role="routed", duration_us=30)
+        main.wait_stream(alt)
+        return rt.add(routed, shared)
+
+    with rt.stream(main):
+        x = rt.from_host((16, 512), "x", value="x1")
+        if capture:
+            with rt.graph(main, label="fork-join") as g:
+                body()
+            g.replay()
+        else:
+            body()
+    return rt.trace
+
+
 # ---------------------------------------------------------------- timeline
-def test_timeline_has_a_host_lane_and_one_lane_per_stream(routed):
+def test_timeline_has_a_host_lane_a_lane_per_stream_that_ran_eagerly_and_the_replays(routed):
     fig = plots.timeline(routed.trace)
-    assert strings(fig, "lanes") == ["host", "main", "alt", "graph replays"]
+    assert strings(fig, "lanes") == ["host", "main", "graph replays"]   # alt runs only in replays
     assert strings(fig, "replay-lanes") == ["main", "alt"]
+
+
+def test_a_timeline_without_a_capture_has_no_replay_panel_and_says_what_ran():
+    trace = fork_join(capture=False)
+    fig = plots.timeline(trace)
+    assert strings(fig, "lanes") == ["host", "main", "alt"]
+    assert not has(fig, "replay-lanes") and not has(fig, "replay-notes")
+    kernels = {r.id: r for r in trace.of(Launch)}
+    span = {kernels[s.launch].kernel: s for s in trace.of(DeviceSpan)}
+    overlap = span["shared"].end_us - span["routed"].start_us
+    assert overlap > 0
+    assert title(fig) == (
+        f"No capture, eager only: the host issued 5 launches by "
+        f"{max(r.t_us for r in kernels.values()):.1f} µs; the device ran them on main and alt "
+        f"until {span['add'].end_us:.1f} µs; shared on alt and routed on main overlap for "
+        f"{overlap:.1f} µs")
+    assert "capture (nothing runs)" not in strings(fig, "legend")
+    assert "host: launch skipped" not in strings(fig, "legend")
+
+
+def test_the_legend_lists_only_what_the_timeline_draws(routed, shared):
+    assert "host: launch skipped" in strings(plots.timeline(routed.trace), "legend")
+    legend = strings(plots.timeline(shared.trace), "legend")
+    assert "host: launch skipped" not in legend
+    assert {"host: set_ (dispose)", "capture (nothing runs)", "cross-stream dependency"} <= set(legend)
 
 
 def test_timeline_draws_every_eager_kernel_and_every_replay(routed):
@@ -104,7 +159,45 @@ def test_timeline_title_states_what_the_dispose_did(routed, shared):
     step = capture_dispose_step(routed)
     assert title(plots.timeline(routed.trace)).startswith(
         f"x.set_(empty) at host step {step} came before 3 launches (shared)")
-    assert "came after every launch that reads it" in title(plots.timeline(shared.trace))
+    said = title(plots.timeline(shared.trace))
+    assert "came after every launch that reads it, but it freed x's block" in said
+    assert "unordered: a race the hardware has not lost yet (checker: rule 4, reuse_after_free)" in said
+
+
+def test_replay_timelines_are_titled_by_how_their_replay_spends_its_time():
+    pdl, alt = (plots.timeline(scenarios.run(latency.PLACEMENTS[i]).trace) for i in (0, 2))
+    assert title(pdl) != title(alt)
+    assert "its last, residual_add, starts 1.0 µs before combine ends (PDL)" in title(pdl)
+    assert "its last, residual_add on main, waits for combine on alt (a cross-stream join)" in title(alt)
+    assert title(pdl).startswith("Replay 0 runs 12 kernels on main and alt in ")
+
+
+def test_a_takeaway_replaces_the_derived_title(routed):
+    for draw in (plots.timeline, plots.pointer_table):
+        assert title(draw(routed.trace, takeaway="What this shows")) == "What this shows"
+    assert title(plots.captured_graph(routed, takeaway="Nodes")) == "Nodes"
+
+
+@pytest.mark.parametrize("profile", [Profile(), profiles.H200], ids=lambda p: p.name)
+def test_the_late_start_of_the_branch_captured_second_is_explained(profile):
+    fig = plots.timeline(fork_join(capture=True, profile=profile))
+    expected = f"graph executor opens a second stream: ~{profile.graph_branch_launch_us:.0f} µs late start"
+    assert strings(fig, "late-start-notes") == [expected]
+    assert title(fig).endswith(f"the branch captured second starts ~{profile.graph_branch_launch_us:.0f} µs late")
+    # The bracket spans from when routed's input was ready (norm's end) to its start.
+    spans = {s.launch: s for s in fork_join(capture=True, profile=profile).of(DeviceSpan)
+             if s.phase == "replay"}
+    t0 = min(s.start_us for s in spans.values())
+    (a, _), (b, _) = artist(fig, "late-start").get_segments()[0]
+    starts = sorted(s.start_us - t0 for s in spans.values())
+    assert b == pytest.approx(profile.graph_branch_launch_us) and b in [pytest.approx(x) for x in starts]
+    assert a < b
+
+
+def test_no_late_start_is_drawn_when_the_executor_holds_nothing_back():
+    quick = Profile().with_(graph_branch_launch_us=0.0)
+    fig = plots.timeline(fork_join(capture=True, profile=quick))
+    assert not has(fig, "late-start") and "late" not in title(fig)
 
 
 def test_timeline_up_to_a_host_step_shows_no_replay_yet(routed):
@@ -139,18 +232,55 @@ def test_routed_first_graph_highlights_the_empty_arguments(routed):
     assert "the host skipped them, so no replay ever runs them" in title(fig)
 
 
-def test_shared_first_graph_has_nothing_highlighted(shared):
+def test_shared_first_graph_freezes_live_pointers_and_marks_its_race(shared):
     fig = plots.captured_graph(shared)
     assert to_hex(plots.DANGER) not in node_edges(fig)
     assert strings(fig, "graph-bad-args") == []
-    assert title(fig).endswith("the capture froze live pointers only")
+    assert "the graph's pool hands to routed_out: unordered: a race" in title(fig)
+    x = next(r for r in shared.trace.of(Alloc) if r.label == "x" and r.pool == "graph0")
+    # x's block, read by norm/gate/permute/shared.gate_up, written again as routed_out
+    reads = [s for s in strings(fig, "graph-text") if hex(x.ptr) in s]
+    assert len(artist(fig, "graph-races").get_paths()) == len(reads) == 6
+    legend = strings(fig, "legend")
+    assert "address of a race the checker finds (rule 3 or 4: unordered)" in legend
+    assert "frozen null / empty / freed pointer" not in legend
+
+
+def test_the_graph_legend_lists_only_what_is_drawn(routed):
+    legend = strings(plots.captured_graph(routed), "legend")
+    assert "frozen null / empty / freed pointer" in legend
+    assert "launch skipped at capture (not in the graph)" in legend
+    assert not any("race" in entry for entry in legend)
+    clean = strings(plots.captured_graph(fork_join(capture=True)), "legend")
+    assert clean == ["stream order (next node on the same stream)",
+                     "event edge (fork or join between streams)"]
+
+
+def test_full_addresses_where_the_pool_hands_a_freed_block_out_again(shared):
+    x = next(r for r in shared.trace.of(Alloc) if r.label == "x" and r.pool == "graph0")
+    lines = [s.split() for s in strings(plots.captured_graph(shared), "graph-text")]
+    assert ["w", "routed_out", hex(x.ptr)] in lines and ["r", "x", hex(x.ptr)] in lines
+    short = [s.split() for s in strings(plots.captured_graph(shared, full_pointers=False), "graph-text")]
+    assert ["r", "x", plots.short_ptr(x.ptr)] in short
+    assert any(hex(x.ptr) in c for c in strings(plots.pointer_table(shared.trace), "cells"))
+    clean = strings(plots.captured_graph(fork_join(capture=True)), "graph-text")
+    assert any("…" in s for s in clean)         # nothing freed and reused: short addresses
+
+
+def test_box_and_table_text_is_at_least_nine_points(routed):
+    graph, table = plots.captured_graph(routed), plots.pointer_table(routed.trace)
+    for fig, gids in ((graph, ("graph-text", "graph-bad-args", "legend", "graph-streams")),
+                      (table, ("cells", "lanes", "legend", "pointer-notes"))):
+        for gid in gids:
+            assert min(sizes(fig, gid)) >= 9, gid
+    assert min(sizes(plots.timeline(routed.trace), "replay-notes")) >= 8
 
 
 def test_graph_nodes_show_the_frozen_pointers(shared):
     fig = plots.captured_graph(shared)
     x = next(r for r in shared.trace.of(Alloc) if r.label == "x" and r.pool == "graph0")
     lines = [s.split() for s in strings(fig, "graph-text")]
-    assert ["r", "x_rows", plots.short_ptr(x.ptr)] in lines
+    assert ["r", "x_rows", hex(x.ptr)] in lines
     assert strings(fig, "graph-streams") == ["stream main", "stream alt"]
 
 
@@ -160,6 +290,16 @@ def test_graph_edges_follow_the_dependencies(shared):
     assert len(artist(fig, "graph-edges").get_paths()) == sum(len(n.deps) for n in nodes)
     styles = artist(fig, "graph-edges").get_linestyles()
     assert sum(1 for offset, dashes in styles if dashes) == 2   # the fork and the join
+
+
+def test_a_join_through_a_stream_that_captured_nothing_is_an_event_edge_and_says_so(routed):
+    fig = plots.captured_graph(routed)
+    styles = artist(fig, "graph-edges").get_linestyles()
+    colours = hexes(artist(fig, "graph-edges").get_edgecolor())
+    dashed = [i for i, (_, dashes) in enumerate(styles) if dashes]
+    assert len(dashed) == 1 and colours[dashed[0]] == "#000000"   # norm -> residual_add, via alt
+    assert strings(fig, "graph-edge-notes") == ["join via alt:\nnothing captured on alt"]
+    assert all(c == to_hex(plots.GREY) for i, c in enumerate(colours) if i not in dashed)
 
 
 def test_a_raw_kernel_graph_marks_the_null_pointer():
@@ -178,7 +318,7 @@ def test_a_pointer_frozen_after_its_block_was_freed_is_marked():
                    Launch(3, 3.0, 0, "k", "k", "other", "main", (stale,), 0),
                    Capture(4, 4.0, "end", 0, "main")])
     fig = plots.captured_graph(trace)
-    assert strings(fig, "graph-bad-args") == [f"r  tmp{' ' * 18}{plots.short_ptr(ptr):<11} FREED"]
+    assert strings(fig, "graph-bad-args") == [f"r  tmp {plots.short_ptr(ptr):<11} FREED"]
     assert title(fig) == "1 captured launch(es) froze a null, empty or freed pointer"
 
 
@@ -199,27 +339,33 @@ def test_graph_of_a_trace_equals_graph_of_its_result(routed):
 
 
 # ---------------------------------------------------------------- side by side
-def test_side_by_side_banners_say_the_outcomes(shared, routed):
+def test_side_by_side_badges_say_the_verdicts_in_the_glossarys_words(shared, routed):
     fig = plots.side_by_side(shared, routed)
     banner = strings(fig, "banner")
-    assert banner[:2] == ["shared_first/static_buffer/always", "CORRECT"]
+    assert banner[:2] == ["shared_first/static_buffer/always", glossary.badge("unordered")]
     assert "routed_first/static_buffer/always" in banner
-    assert "SILENTLY WRONG: no error, wrong output" in banner
+    assert glossary.badge("silent_wrong") in banner
     assert "got:  x2 + routed(norm(x2)) + shared(norm(x1))" in banner
     assert "want: x2 + routed(norm(x2)) + shared(norm(x2))" in banner
+    assert "checker: rule 4 (reuse_after_free) on 'x'" in banner
+    assert "correct on every replay we ran, but unordered: a race the hardware has not lost yet" in banner
     boxes = [a for a in fig.artists if a.get_gid() == "banner-box"]
     assert [to_hex(b.get_facecolor()[0]) for b in boxes] == [
-        to_hex(plots.OKABE_ITO["green"]), to_hex(plots.DANGER)]
+        glossary.term("unordered").colour.lower(), glossary.term("silent_wrong").colour.lower()]
     assert title(fig) == ("Same program, same streams; only order (shared_first vs "
-                          "routed_first) differs: correct vs silently wrong")
+                          "routed_first) differs: unordered vs silently wrong")
 
 
 def test_side_by_side_shows_errors_in_their_banners(shared):
     plain = scenarios.run(ROUTED_FIRST.with_(shared_mode="plain"))
     raw = scenarios.run(ROUTED_FIRST.with_(shared_mode="raw_kernel"))
-    banner = strings(plots.side_by_side(plain, raw), "banner")
-    assert "CAPTURE ERROR: shape_mismatch" in banner
-    assert "ILLEGAL ADDRESS: the replay faulted" in banner
+    fig = plots.side_by_side(plain, raw)
+    banner = strings(fig, "banner")
+    assert glossary.badge("capture_error:shape_mismatch") in banner
+    assert glossary.badge("illegal_address") in banner
+    boxes = [a for a in fig.artists if a.get_gid() == "banner-box"]
+    assert [to_hex(b.get_facecolor()[0]) for b in boxes] == [
+        glossary.term("capture_error:x").colour.lower(), glossary.term("illegal_address").colour.lower()]
 
 
 # ---------------------------------------------------------------- pointer table
@@ -235,8 +381,16 @@ def test_pointer_table_shows_x_going_to_0x0_at_the_dispose(routed, shared):
     x = next(r for r in routed.trace.of(Alloc) if r.label == "x" and r.pool == "graph0")
     assert len(artist(fig, "row:x").get_paths()) == 2          # live, then empty
     assert hexes(artist(fig, "row:x").get_facecolor())[1] == to_hex(plots.DANGER)
-    assert {plots.short_ptr(x.ptr), "0x0 (empty)"} <= set(strings(fig, "cells"))
+    assert {hex(x.ptr), "0x0 (empty)"} <= set(strings(fig, "cells"))
     assert strings(fig, "pointer-notes") == ["x.set_(empty)"]
+
+
+def test_the_set_line_sits_where_the_x_bar_changes(routed):
+    fig = plots.pointer_table(routed.trace)
+    step = capture_dispose_step(routed)
+    (line,) = artist(fig, "pointer-marks").get_segments()
+    empty_bar = artist(fig, "row:x").get_paths()[1].vertices
+    assert line[0][0] == line[1][0] == empty_bar[:, 0].min() == step - 0.5
 
 
 def test_pointer_table_marks_who_froze_the_empty_pointer(routed, shared):

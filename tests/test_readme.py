@@ -17,3 +17,9 @@ def test_the_fidelity_tables_in_the_readme_are_current():
 
 def test_the_readme_names_the_two_commands():
     assert "make tutorial" in README and "make test" in README
+
+
+def test_the_readme_says_how_to_pass_options_to_jupyterlab():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "$(JUPYTER_ARGS)" in makefile
+    assert 'make tutorial JUPYTER_ARGS="' in README

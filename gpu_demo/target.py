@@ -1,0 +1,177 @@
+"""What the guard checks: a callable, how it is built on a device, how it reaches a child.
+
+The guard captures ``fn`` in a child process (a device fault must never kill
+the caller), so ``fn`` must be something a fresh Python process can rebuild:
+
+* a ``"module:callable"`` string (``"mypkg.layers:make"``; a dotted path after the
+  colon reaches a nested attribute);
+* a module-level function or class (pickled by reference: the child imports it);
+* an object that pickles by value (an ``nn.Module`` instance whose attributes
+  all pickle; one holding a ``torch.cuda.Stream`` does not, pass its class).
+
+A lambda or a closure cannot reach a child; ``portable`` says what to pass instead.
+
+The factory convention (one rule for the API and the CLI):
+
+* a **class** is a factory: it is instantiated with ``(device, dtype)`` when its
+  ``__init__`` takes parameters named ``device`` and ``dtype``, else with no
+  arguments;
+* a **function** is a factory when it takes no parameters at all, or when its
+  first two parameters are named ``device`` and ``dtype``;
+* anything else (a function of tensors, an ``nn.Module`` instance, any callable
+  object) is the function under test itself.
+
+A factory returns the callable under test (usually an ``nn.Module``), or a pair
+``(callable, example_inputs)`` like the corpus programs' ``make(device, dtype)``.
+A factory that takes no device is built under ``with torch.device(device)`` and
+an ``nn.Module`` it returns is moved with ``.to(device, dtype)``. Each build of
+a factory is a new instance, made under the same seed, so the eager reference
+can run on its own instance and never touch the captured one's static buffers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn as nn
+
+Target = str | Callable[..., Any]
+"""A ``"module:callable"`` string, or the object itself."""
+
+
+class TargetError(ValueError):
+    """The target cannot be loaded, built or sent to a child; the message says how to fix it."""
+
+
+@dataclass
+class Built:
+    """One build of a target: the callable to run and the example inputs its factory gave."""
+
+    fn: Callable[..., Any]
+    example_inputs: tuple[torch.Tensor, ...] | None
+    fresh: bool
+    """True when each build is a new instance (a factory, or a copy by value)."""
+
+
+def load(spec: str) -> Any:
+    """The object ``"module:attr.path"`` names."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise TargetError(f"{spec!r} is not 'module:callable' (for example 'gpu_demo.corpus.safe_dual_stream:make')")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TargetError(f"cannot import module {module_name!r} of {spec!r}: {exc}; "
+                          "is it on PYTHONPATH (run from the project root)?") from exc
+    for part in attr_path.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"module {module_name!r} has no {attr_path!r} (looked for {part!r})")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TargetError(f"{spec!r} names a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def resolve(target: Target) -> Any:
+    """The object behind ``target`` (loads a ``module:callable`` string)."""
+    if isinstance(target, str):
+        return load(target)
+    if not callable(target):
+        raise TargetError(f"the function to check must be callable or a 'module:callable' string, "
+                          f"got a {type(target).__name__}")
+    return target
+
+
+def name_of(target: Target) -> str:
+    """A short name for reports."""
+    if isinstance(target, str):
+        return target
+    if isinstance(target, nn.Module) or not hasattr(target, "__qualname__"):
+        return f"{type(target).__name__} instance"
+    return f"{target.__module__}:{target.__qualname__}"
+
+
+def portable(target: Target) -> bytes | str:
+    """What travels to the child: the string itself, or the object pickled."""
+    if isinstance(target, str):
+        return target
+    qualname = getattr(target, "__qualname__", "")
+    if inspect.isfunction(target) and ("<lambda>" in qualname or "<locals>" in qualname):
+        kind = "a lambda" if "<lambda>" in qualname else "a closure (defined inside a function)"
+        raise TargetError(
+            f"{name_of(target)} is {kind}, which a child process cannot import. The guard captures in "
+            "a child so that a device fault cannot kill this process. Pass a module-level function or "
+            "class, or a 'module:callable' string (e.g. 'mypkg.layers:make'), or isolate=False to run "
+            "in this process (a device fault then ends it).")
+    if getattr(target, "__module__", None) == "__main__" and (inspect.isfunction(target) or inspect.isclass(target)):
+        raise TargetError(
+            f"{qualname} is defined in the script being run (__main__), which a child process cannot "
+            "import. Move it into a module and pass it (or 'module:callable'), or use isolate=False.")
+    try:
+        return pickle.dumps(target)
+    except Exception as exc:  # pickling can fail with many exception types
+        raise TargetError(
+            f"{name_of(target)} cannot be sent to a child process ({type(exc).__name__}: {exc}). Pass its "
+            "class or a factory function instead (built in the child), or a 'module:callable' string, "
+            "or isolate=False to run in this process.") from exc
+
+
+def unpack(sent: Any) -> Any:
+    """The child side of ``portable``: the object (a new one on every call when pickled by value).
+    Anything but a string or bytes is the object itself (``isolate=False``: it never left)."""
+    if isinstance(sent, str):
+        return load(sent)
+    return pickle.loads(sent) if isinstance(sent, bytes) else sent
+
+
+def factory_call(obj: Any) -> str | None:
+    """``"device_dtype"`` or ``"no_args"`` if ``obj`` is a factory (module docstring), else ``None``."""
+    if inspect.isclass(obj):
+        try:
+            names = list(inspect.signature(obj).parameters)
+        except (TypeError, ValueError):
+            return "no_args"
+        return "device_dtype" if {"device", "dtype"} <= set(names) else "no_args"
+    if not (inspect.isfunction(obj) or inspect.ismethod(obj)):
+        return None
+    names = list(inspect.signature(obj).parameters)
+    if not names:
+        return "no_args"
+    return "device_dtype" if names[:2] == ["device", "dtype"] else None
+
+
+def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int) -> Built:
+    """Rebuild the target from what ``portable`` sent, on ``device`` (a new instance for a factory)."""
+    obj = unpack(sent)
+    call = factory_call(obj)
+    if call is None:
+        by_value = isinstance(sent, bytes) and not (inspect.isfunction(obj) or inspect.isbuiltin(obj))
+        return Built(obj, None, fresh=by_value)
+    torch.manual_seed(seed)
+    if call == "device_dtype":
+        made = obj(device=device, dtype=dtype)
+    else:
+        with torch.device(device):
+            made = obj()
+    fn, examples = _split(made, obj)
+    if call == "no_args" and isinstance(fn, nn.Module):
+        fn = fn.to(device=device, dtype=dtype)
+    return Built(fn, examples, fresh=True)
+
+
+def _split(made: Any, factory: Any) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...] | None]:
+    if isinstance(made, tuple) and len(made) == 2 and callable(made[0]):
+        fn, examples = made
+        if not isinstance(examples, Sequence) or not all(isinstance(t, torch.Tensor) for t in examples):
+            raise TargetError(f"factory {name_of(factory)} returned (fn, example_inputs) but example_inputs "
+                              "is not a sequence of tensors")
+        return fn, tuple(examples)
+    if not callable(made):
+        raise TargetError(f"factory {name_of(factory)} returned a {type(made).__name__}; it must return the "
+                          "callable to check (e.g. an nn.Module) or (callable, example_inputs)")
+    return made, None
