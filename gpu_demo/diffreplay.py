@@ -18,7 +18,7 @@ recording, and nothing the recorder hooks into can touch the replay:
    first is what keeps it honest: whatever global state it shares with the
    captured run, the warm-up and the capture come after it and overwrite that
    state, so the reference cannot repair a replay (the stale-buffer trap of
-   DESIGN.md) nor spoil it. A function whose eager result depends on state a
+   notebook 03) nor spoil it. A function whose eager result depends on state a
    previous call left behind cannot be checked this way: pass a factory;
 4. record a warm-up and a capture of the build of step 1 with
    ``gpu_demo.recorder`` (no replay, so the recording cannot fault);

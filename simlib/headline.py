@@ -2,9 +2,9 @@
 
 ``write_headline(out_dir)`` runs the incident both ways (shared expert issued
 first, routed experts first; the shared expert writing into a static buffer,
-the silent failure of DESIGN.md section 2), saves their side-by-side picture,
-and tabulates the simulator's outcome for every cell of DESIGN.md's measured
-table next to a real GPU's, when ``gpu_demo`` has recorded one. The returned
+the silent failure of the README's measured table), saves their side-by-side picture,
+and tabulates the simulator's outcome for every cell of the README's measured
+H200 table next to a real GPU's, when ``gpu_demo`` has recorded one. The returned
 text holds no wall-clock time and no address, so it is the same on every run.
 """
 
@@ -97,7 +97,7 @@ def judge(config: MoEConfig) -> Judged:
 
 
 def design_rows(gpu: GpuResults | None) -> list[dict[str, Any]]:
-    """One row per cell of DESIGN.md's 3x2 table (shared mode x order).
+    """One row per cell of the README's measured 3x2 table (shared mode x order).
 
     ``simulator`` is the verdict, ``replays`` what the simulated replays did,
     ``races`` the checker's race findings, ``gpu`` the recorded GPU outcome.
@@ -165,7 +165,7 @@ def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     markdown = "\n".join([
         "# Headline: host order decides what a CUDA graph captures", "", lead, "",
         "![shared first versus routed first](headline.png)", "", "```", *expressions, "```", "",
-        "## DESIGN.md section 2, cell by cell", "", table, "", gpu_note, ""])
+        "## The measured H200 table (README), cell by cell", "", table, "", gpu_note, ""])
     (out_dir / "headline.md").write_text(markdown)
     (out_dir / "headline.json").write_text(json.dumps(
         {"headline": [{"config": j.result.config.to_dict(), "verdict": j.verdict,

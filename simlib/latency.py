@@ -1,6 +1,6 @@
 """How long one captured decode step takes to replay, and why.
 
-The incident of DESIGN.md was a performance change: SGLang moved the routed
+The incident of docs/design.md was a performance change: SGLang moved the routed
 experts onto the main stream, last before the residual add, so that the add
 can start early with programmatic dependent launch (PDL) and no cross-stream
 join sits on the critical path. This module measures that trade-off on the

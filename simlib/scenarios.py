@@ -1,4 +1,4 @@
-"""The dual-stream MoE decode step of DESIGN.md, as a simulated program.
+"""The dual-stream MoE decode step of docs/design.md, as a simulated program.
 
 ``run(MoEConfig(...))`` does what ``gpu_demo``'s harness does on a real GPU:
 set up static buffers, warm up eagerly, capture one decode step, replay it

@@ -1,7 +1,7 @@
 """The MoE scenario, described once as plain data, for the simulator and the GPU.
 
 ``MoEConfig`` names one configuration of the dual-stream MoE decode step of
-DESIGN.md: which branch the host issues first under capture, how the shared
+docs/design.md: which branch the host issues first under capture, how the shared
 branch consumes the layer input, what ``dispose_tensor`` does, and how the
 replays get their inputs. ``simlib.scenarios`` builds a simulated program from
 it and ``gpu_demo`` builds a real PyTorch run from the very same object, so the
@@ -172,7 +172,7 @@ class MoEConfig:
 def _matrix() -> tuple[MoEConfig, ...]:
     base = MoEConfig()
     rows: list[MoEConfig] = []
-    # The measured table of DESIGN.md section 2: both orders x three shared modes.
+    # The README's measured H200 table: both orders x three shared modes.
     for order in ORDERS:
         for mode in SHARED_MODES:
             rows.append(base.with_(order=order, shared_mode=mode))
@@ -185,7 +185,7 @@ def _matrix() -> tuple[MoEConfig, ...]:
     for order in ORDERS:
         for inputs in ("stale", "same_as_eager"):
             rows.append(base.with_(order=order, inputs=inputs))
-    # The capture mistakes DESIGN.md section 4 lists, on an otherwise correct program.
+    # The capture errors docs/design.md lists, on an otherwise correct program.
     for fault in CAPTURE_FAULTS[1:]:
         rows.append(base.with_(order="shared_first", capture_fault=fault))
     # A missing fork in the other capture modes: which call each one refuses first.

@@ -1,4 +1,4 @@
-"""End to end: the simulator reproduces the table measured on an H200 (DESIGN.md section 2)."""
+"""End to end: the simulator reproduces the table measured on an H200 (README, "What the H200 showed")."""
 
 import pytest
 
