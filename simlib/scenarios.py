@@ -147,7 +147,7 @@ class MoELayer:
         xp = rt.op("permute", x, topk, out_shape=(T * k, H), role="copy", label=n("x_permuted"),
                    fn=stage("routed", 1, 5))
         if c.dispose == "always" or (c.dispose == "skip_in_capture" and not capturing):
-            self._dispose(x, "dispose_tensor(hidden_states) after the pre-permute copy")
+            self._dispose(x, "dispose_tensor(x) after the pre-permute copy")
         up = rt.op("experts.gate_up", xp, out_shape=(T * k, 2 * I), role="routed",
                    label=n("experts.gate_up"), fn=stage("routed", 2, 5))
         if c.dispose == "own_buffer":
