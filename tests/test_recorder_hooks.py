@@ -18,7 +18,7 @@ from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Lau
                           Replay, SkippedLaunch, Trace)
 
 from gpu_demo import hooks, patches  # noqa: E402
-from gpu_demo.recorder import block_bytes  # noqa: E402
+from gpu_demo.recorder import Device, block_bytes  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -224,6 +224,116 @@ def test_a_routed_first_dispose_behind_a_shape_guard_is_recorded_as_the_host_saw
     # The checker's rules 1 and 2 read launches, and none uses x after the set_: only a
     # rule over HostRead records can flag this program.
     assert not [f for f in check(trace) if f.rule == 2]
+
+
+
+def test_the_host_read_mode_is_on_the_torch_function_stack_only_after_a_mutation_in_capture(streams,
+                                                                                            fake_graph_methods):
+    from torch.overrides import TorchFunctionMode
+
+    class Program(TorchFunctionMode):   # the program's own mode, entered during the capture
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def depth() -> int:
+        return torch._C._len_torch_function_stack()
+
+    x, program = torch.randn(4, 8) * 1, Program()
+    with recording(streams) as recorder:
+        x.set_(torch.empty(0))                      # eager: nothing to watch
+        before = depth()
+        try:
+            with cuda_graph(FakeGraph(), streams):
+                x.shape
+                quiet = depth()
+                y = torch.randn(3) * 1
+                y.set_(torch.empty(0))
+                armed = depth()
+                program.__enter__()
+                y.shape
+            after = torch._C._get_function_stack_at(0) if depth() == 1 else None
+        finally:
+            program.__exit__(None, None, None)
+    assert (before, quiet, armed, after) == (0, 0, 1, program)   # the program's mode outlives the watch
+    assert depth() == 0
+    assert [r.op for r in recorder.trace.of(HostRead)] == ["shape"]
+
+
+
+# -- what each op reads and writes (from its schema) -------------------------------------------
+
+def test_each_argument_is_read_written_or_both_as_its_schema_says(streams):
+    a, b, out = torch.randn(4), torch.randn(4), torch.empty(8)
+    with recording(streams) as recorder:
+        a.add_(b)                                   # in place: self read and written
+        torch.cat([a, b], out=out)                  # a list argument, an out= keyword
+        out.copy_(torch.zeros(8))                   # copy_ overwrites its destination
+        torch.cat((a, b))                           # no out=: the result is the written argument
+    launches = [launch for launch in recorder.trace.of(Launch) if launch.kernel != "aten.zeros.default"]
+    assert [[(arg.name, arg.access) for arg in launch.args] for launch in launches] == [
+        [("self", "rw"), ("other", "r")],
+        [("tensors[0]", "r"), ("tensors[1]", "r"), ("out", "w")],
+        [("self", "w"), ("src", "r")],
+        [("tensors[0]", "r"), ("tensors[1]", "r"), ("out0", "w")],
+    ]
+
+
+# -- tensor identity ----------------------------------------------------------------------------
+
+def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, monkeypatch):
+    import gpu_demo.recorder
+
+    x = torch.randn(4)
+    # Each t at the address of the t before it, as when CPython hands a dead object's slot on.
+    real_id = id
+    monkeypatch.setattr(gpu_demo.recorder, "id", raising=False, value=lambda obj: 1234 if (
+        obj is not x and isinstance(obj, torch.Tensor) and obj.dim() == 1) else real_id(obj))
+    with recording(streams) as recorder:
+        for i in range(3):
+            t = x + i
+            t.sum()
+            del t
+    made = [launch.args[-1].tensor for launch in recorder.trace.of(Launch) if launch.kernel == "aten.add.Tensor"]
+    read = [launch.args[0].tensor for launch in recorder.trace.of(Launch) if launch.kernel.startswith("aten.sum")]
+    assert len(set(made)) == 3 and made == read
+
+
+def test_records_built_by_position_follow_the_trace_field_order():
+    from dataclasses import fields
+
+    from gpu_demo.recorder import POSITIONAL
+
+    for kind, names in POSITIONAL.items():
+        assert tuple(f.name for f in fields(kind))[2:] == names, kind.__name__
+
+
+# -- the dry run's held storages ----------------------------------------------------------------
+
+def test_holding_storages_keeps_a_dead_tensors_block_until_the_block_ends():
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from gpu_demo.recorder import CaptureRecorder
+
+    x = torch.randn(64)
+    with CaptureRecorder(device=Device(lambda: None, traced=False)) as recorder, recorder.holding_storages():
+        temp = x * 2
+        ref = StorageWeakRef(temp.untyped_storage())
+        del temp
+        held_inside = not ref.expired()
+    assert held_inside and ref.expired()
+
+
+def test_a_set_outside_capture_still_frees_a_held_block_and_one_inside_does_not():
+    from gpu_demo.recorder import CaptureRecorder
+
+    x, y = torch.randn(64) * 1, torch.randn(64) * 1
+    with CaptureRecorder(device=Device(lambda: None, traced=False)) as recorder, recorder.holding_storages():
+        x.add(1)
+        x.set_(torch.empty(0))                       # warm-up disposes x: the block goes
+        with recorder.capturing([y]):
+            y.add(1)
+            y.set_(torch.empty(0))                   # the dry capture lets nothing go
+    assert [(f.label, f.graph) for f in recorder.trace.of(Free)] == [("t1", None)]
 
 
 # -- Triton -----------------------------------------------------------------------------------
