@@ -13,8 +13,11 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
   kernel in PyTorch: it becomes a ``SkippedLaunch``, still with the arguments
   the host froze;
 * a Triton kernel called directly becomes a ``Launch`` named ``triton:<name>``
-  (``gpu_demo.patches``); Triton does not say what a kernel writes, so every
-  tensor argument is ``rw``;
+  (``gpu_demo.patches``); Triton does not say what a kernel writes, so each
+  tensor argument's access is read off the kernel's source
+  (``gpu_demo.triton_access``), ``rw`` where the source cannot be read (then
+  ``meta["triton_access_unknown"]`` says why, per kernel). A host-side
+  tensor descriptor stands for its ``base`` tensor;
 * view ops become ``View`` records (new handle, its base, pointer, shape) and
   the view inherits its base's label;
 * host-side metadata changes (``set_``, ``resize_``, and a storage's
@@ -86,6 +89,7 @@ from .outcomes import classify_capture_failure, cuda_error_name, first_error, on
 from .settings import RunSettings
 from .stream_names import StreamNames
 from .streams import dry_capture
+from .triton_access import KernelAccess
 
 aten = torch.ops.aten
 
@@ -476,11 +480,15 @@ class CaptureRecorder(TorchDispatchMode):
 
     # -- what the wrapped methods say (gpu_demo.patches) --------------------------
 
-    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]]) -> None:
+    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
+                         access: KernelAccess | None = None) -> None:
         if self._busy or not self._recording():
             return  # launched by an op the dispatcher already showed
+        if access is not None and access.unknown:
+            self.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
         with self._quiet():
-            frozen = tuple(self._arg(name, value, "rw") for name, value in args if isinstance(value, torch.Tensor))
+            frozen = tuple(self._arg(name, tensor, access.of(name) if access else "rw")
+                           for name, value in args if (tensor := _tensor_behind(value)) is not None)
             self._launch(f"triton:{kernel}", kernel, frozen, skips_empty=False)
 
     @contextmanager
@@ -782,6 +790,14 @@ def _tensors_in(out: Any) -> list[torch.Tensor]:
     if isinstance(out, (list, tuple)):
         return [t for item in out for t in _tensors_in(item)]
     return []
+
+
+def _tensor_behind(value: Any) -> torch.Tensor | None:
+    """The tensor a Triton argument passes: itself, or a tensor descriptor's ``base``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    base = getattr(value, "base", None)
+    return base if isinstance(base, torch.Tensor) else None
 
 
 def _writes_only_empty(args: tuple[Arg, ...]) -> bool:
