@@ -101,6 +101,7 @@ _NO_LAUNCH = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, a
 _OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, aten.random_}
 CACHING_ALLOCATOR_BLOCK = 512
 _OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
+SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
 # The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
 POSITIONAL: dict[type[Record], tuple[str, ...]] = {
     Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl"),
@@ -255,6 +256,7 @@ class CaptureRecorder(TorchDispatchMode):
         self.capture_ended: list[Callable[[int], None]] = []
         self.streams = StreamNames()
         self._handles: dict[int, _Handle] = {}   # id(tensor) -> handle (see ``_handle``)
+        self._sweep_at = SWEEP_AT
         self._mutated: set[int] = set()          # tensor ids mutated in the open capture
         self._host_reads = HostReadWatch()
         self._tensor_ids = itertools.count(1)
@@ -728,6 +730,9 @@ class CaptureRecorder(TorchDispatchMode):
         return handle
 
     def _new_handle(self, t: torch.Tensor) -> _Handle:
+        if len(self._handles) >= self._sweep_at:   # the handles of dead tensors, now and then
+            self._handles = {key: h for key, h in self._handles.items() if h.ref() is not None}
+            self._sweep_at = max(SWEEP_AT, 2 * len(self._handles))
         number = next(self._tensor_ids)
         handle = self._handles[id(t)] = _Handle(weakref.ref(t), number, None, f"t{number}")
         return handle

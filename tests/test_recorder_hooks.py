@@ -58,6 +58,23 @@ def test_an_annotate_mark_names_the_stream_it_marks(streams, fake_graph_methods)
     assert [launch.stream for launch in recorder.trace.of(Launch)] == ["shared", "shared"]
 
 
+
+def test_the_real_device_asks_torch_for_the_raw_current_stream_once_cuda_is_initialised(monkeypatch):
+    from gpu_demo.recorder import cuda_device
+
+    initialised = [False]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised[0])
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 3, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=7))
+    device = cuda_device()
+    assert device.current_stream() is None          # no CUDA context yet: no stream to name
+    initialised[0] = True
+    assert device.current_stream() == 1003          # the raw cudaStream_t of device 3
+    monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream")
+    assert cuda_device().current_stream() == 7      # a build without it: the Stream object's
+
+
 # -- events: fork and join -----------------------------------------------------------------
 
 def test_event_record_and_wait_give_captured_launches_their_fork_and_join_edges(streams, fake_graph_methods):
@@ -299,6 +316,19 @@ def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, m
     read = [launch.args[0].tensor for launch in recorder.trace.of(Launch) if launch.kernel.startswith("aten.sum")]
     assert len(set(made)) == 3 and made == read
 
+
+
+def test_handles_of_dead_tensors_are_dropped_as_the_recording_goes_on(streams, monkeypatch):
+    import gpu_demo.recorder
+
+    monkeypatch.setattr(gpu_demo.recorder, "SWEEP_AT", 64)
+    x = torch.randn(4)
+    with recording(streams) as recorder:
+        for i in range(1000):
+            x + i                              # dies at once
+        kept = len(recorder._handles)
+    made = {launch.args[-1].tensor for launch in recorder.trace.of(Launch)}
+    assert len(made) == 1000 and kept <= 128
 
 def test_records_built_by_position_follow_the_trace_field_order():
     from dataclasses import fields
