@@ -24,8 +24,10 @@ annotations: what the recorder sees in user code).
 ``record_capture`` is a dry run (an eager forward and a ``dry_capture``
 forward): the recorder's cost per op on this CPU, reproducibly, without a GPU.
 Its MoE stack is shrunk (``DRY_RUN_SIZES``): the same ops and records, with
-CPU matmuls small enough not to drown the per-op cost being measured; and it
-runs one intra-op thread, so that another busy process cannot stall them.
+CPU matmuls small enough not to drown the per-op cost being measured; it runs
+one intra-op thread and times with this process's CPU time
+(``time.process_time``), so that other busy processes on a shared machine
+neither stall its matmuls nor count against it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ TARGET_RATIO = 3.0
 DRY_RUN_SIZES = {"hidden": 64, "intermediate": 128}
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 Recorded = tuple[float, float, dict[str, Any]]
+Clock = Callable[[], float]
 
 
 class EmptyDispatchMode(TorchDispatchMode):
@@ -145,28 +148,29 @@ def _dry_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
         fn(*inputs)
 
 
-def _timed(one_pass: Callable[[], None], mode: Callable[[], TorchDispatchMode] | None = None) -> Callable[[], float]:
+def _timed(one_pass: Callable[[], None], clock: Clock, mode: Callable[[], TorchDispatchMode] | None = None,
+           ) -> Callable[[], float]:
     def run() -> float:
-        started = time.perf_counter()
+        started = clock()
         if mode is None:
             one_pass()
         else:
             with mode():
                 one_pass()
-        return time.perf_counter() - started
+        return clock() - started
     return run
 
 
-def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> Callable[[], Recorded]:
+def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor], clock: Clock) -> Callable[[], Recorded]:
     def run() -> Recorded:
         with _gc_time() as in_gc:
-            started = time.perf_counter()
+            started = clock()
             trace = record_capture(fn, inputs, replays=0)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            recorded = time.perf_counter()
+            recorded = clock()
         findings = check(trace)
-        checked = time.perf_counter()
+        checked = clock()
         error = trace.meta.get("capture_error")
         if error:
             raise RuntimeError(f"the recorded capture failed ({error}); the overhead of a failed capture means nothing")
@@ -182,12 +186,12 @@ def _ops_in(one_pass: Callable[[], None]) -> int:
 
 
 def _measure(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
-             one_pass: Callable[[Callable[..., Any], list[torch.Tensor]], None]) -> dict[str, Any]:
+             one_pass: Callable[[Callable[..., Any], list[torch.Tensor]], None], clock: Clock) -> dict[str, Any]:
     def run() -> None:
         one_pass(fn, inputs)
 
-    return compare(_timed(run), _timed_recorded(fn, inputs), repeats,
-                   floor=_timed(run, EmptyDispatchMode), ops=_ops_in(run))
+    return compare(_timed(run, clock), _timed_recorded(fn, inputs, clock), repeats,
+                   floor=_timed(run, clock, EmptyDispatchMode), ops=_ops_in(run))
 
 
 def moe_stack(layers: int, settings: RunSettings, **sizes: int) -> Stack:
@@ -213,7 +217,7 @@ def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | Non
     with torch.no_grad():
         for name, make in (("moe_stack", moe_stack), ("plain_pytorch_stack", plain_stack)):
             fn, inputs = make(layers, settings)
-            results[name] = _measure(fn, inputs, repeats, _gpu_pass)
+            results[name] = _measure(fn, inputs, repeats, _gpu_pass, time.perf_counter)
             del fn, inputs
             torch.cuda.empty_cache()
     return results
@@ -226,14 +230,15 @@ def run_dry_overhead(layers: int = 61, repeats: int = 5) -> dict[str, Any]:
                            "or measure the real capture without --dry-run")
     settings = RunSettings(dtype="float32", device="cpu")
     results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict(),
-                               "mode": "dry_run", "moe_sizes": DRY_RUN_SIZES, "intra_op_threads": 1}
+                               "mode": "dry_run", "moe_sizes": DRY_RUN_SIZES, "intra_op_threads": 1,
+                               "clock": "process_time"}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # OpenMP threads spin against any other busy process: 40x slower matmuls
     try:
         with torch.no_grad():
             for name, (fn, inputs) in (("moe_stack", moe_stack(layers, settings, **DRY_RUN_SIZES)),
                                        ("plain_pytorch_stack", plain_stack(layers, settings))):
-                results[name] = _measure(fn, inputs, repeats, _dry_pass)
+                results[name] = _measure(fn, inputs, repeats, _dry_pass, time.process_time)
     finally:
         torch.set_num_threads(threads)
     return results
