@@ -318,6 +318,20 @@ def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, m
 
 
 
+
+def test_a_label_belongs_to_its_tensor_object_and_goes_with_it(monkeypatch):
+    from gpu_demo import annotate
+
+    named = annotate.label(torch.randn(2), "x")
+    other = torch.randn(2)
+    real_id = id
+    monkeypatch.setattr(annotate, "id", raising=False,          # other at named's address
+                        value=lambda obj: real_id(named) if obj is other else real_id(obj))
+    assert (annotate.label_of(named), annotate.label_of(other)) == ("x", None)
+    before = len(annotate._labels)
+    del named
+    assert len(annotate._labels) == before - 1
+
 def test_handles_of_dead_tensors_are_dropped_as_the_recording_goes_on(streams, monkeypatch):
     import gpu_demo.recorder
 
