@@ -16,30 +16,42 @@ Only ``gpu_demo.recorder`` reads it (``gpu_demo.calibrate`` reads the roles).
 
 from __future__ import annotations
 
+import weakref
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Iterator, Protocol
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 MAIN = "main"
 ALT = "alt"
 
-_labels: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# id(tensor) -> (weak reference, name): the recorder asks for every argument of every
+# op, and a plain dict checked against the reference is ten times quicker to ask than
+# a WeakIdKeyDictionary. An entry goes when its tensor does.
+_labels: dict[int, tuple[weakref.ref, str]] = {}
 
 
 def label(tensor: torch.Tensor, name: str) -> torch.Tensor:
     """Give ``tensor`` (this Python object) a readable name in traces; returns it."""
-    _labels[tensor] = name
+    key = id(tensor)
+    _labels[key] = (weakref.ref(tensor, partial(_forget, key)), name)
     if _marks.listener is not None:
         _marks.listener.named(tensor, name)
     return tensor
 
 
+def _forget(key: int, ref: weakref.ref) -> None:
+    entry = _labels.get(key)
+    if entry is not None and entry[0] is ref:
+        del _labels[key]
+
+
 def label_of(tensor: torch.Tensor) -> str | None:
     """The name ``label`` gave this tensor object, if any."""
-    return _labels.get(tensor)
+    entry = _labels.get(id(tensor))
+    return entry[1] if entry is not None and entry[0]() is tensor else None
 
 
 class Listener(Protocol):

@@ -6,6 +6,7 @@
 ``corpus``                the corpus on a GPU: truth and guard per program, a table and JSON
                           (``--summary``: the README's paragraph from the committed results)
 ``recorder-overhead``     time to record and check a 61-layer capture against the plain capture
+                          (``--dry-run``: the recorder's cost per op on a machine without CUDA)
 
 TARGET is ``module:callable``. A class, a function of no parameters, or a function
 whose first two parameters are ``device, dtype`` is a factory, built on the device
@@ -53,6 +54,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     overhead.add_argument("--layers", type=_positive, default=61, help="layers in each stack captured")
     overhead.add_argument("--repeats", type=_positive, default=5, help="timed repeats of each (median reported)")
     overhead.add_argument("--out", type=Path, help="JSON results (default results/recorder-overhead-<gpu>.json)")
+    overhead.add_argument("--dry-run", action="store_true",
+                          help="no GPU: time the recorder's CPU dry run per op (writes JSON only with --out)")
     overhead.set_defaults(handler=_overhead)
 
 
@@ -130,15 +133,25 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
     from .cli import _default_path, _write, format_table
-    from .overhead import run_overhead
+    from .overhead import run_dry_overhead, run_overhead
 
-    if _needs_cuda("recorder-overhead"):
+    if args.dry_run:
+        try:
+            results = run_dry_overhead(layers=args.layers, repeats=args.repeats)
+        except RuntimeError as exc:
+            print(f"gpu_demo recorder-overhead --dry-run: {exc}", file=sys.stderr)
+            return 2
+    elif _needs_cuda("recorder-overhead"):
         return 2
-    results = run_overhead(layers=args.layers, repeats=args.repeats)
-    rows = [[name, f"{r['plain_s']['median']:.3f}", f"{r['record_s']['median']:.3f}",
-             f"{r['check_s']['median']:.3f}", f"{r['ratio']:.2f}", "yes" if r["within_target"] else "NO"]
+    else:
+        results = run_overhead(layers=args.layers, repeats=args.repeats)
+    rows = [[name, r["ops"], r["records"], f"{r['plain_s']['median']:.3f}", f"{r['record_s']['median']:.3f}",
+             f"{r['check_s']['median']:.3f}", f"{r['ratio']:.2f}", "yes" if r["within_target"] else "NO",
+             r["floor_us_per_op"], r["record_us_per_op"]]
             for name, r in results.items() if isinstance(r, dict) and "ratio" in r]
-    print(format_table(["stack", "plain capture s", "record s", "check s", "ratio", "< 3x"], rows))
-    _write(args.out or _default_path("recorder-overhead"), argv, results)
+    print(format_table(["stack", "ops", "records", "plain s", "record s", "check s", "ratio", "< 3x",
+                        "floor us/op", "record us/op"], rows))
+    if args.out or not args.dry_run:
+        _write(args.out or _default_path("recorder-overhead"), argv, results)
     return 0
 

@@ -87,45 +87,45 @@ def _register_once() -> None:
 # -- the callbacks (module level: registered once, driven directly by tests) ----------
 
 def event_creation(event: EventId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_event_created(event)
 
 
 def event_deletion(event: EventId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_event_deleted(event)
 
 
 def event_record(event: EventId, stream: StreamId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_event_recorded(event, stream)
 
 
 def event_wait(event: EventId, stream: StreamId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_event_waited(event, stream)
 
 
 def memory_allocation(ptr: DataPtr) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_allocated(ptr)
 
 
 def memory_deallocation(ptr: DataPtr) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_freed(ptr)
 
 
 def device_synchronization() -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_synchronized("synchronize", None, None)
 
 
 def stream_synchronization(stream: StreamId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_synchronized("stream.synchronize", stream, None)
 
 
 def event_synchronization(event: EventId) -> None:
-    for listener in active():
+    for listener in _active:
         listener.on_synchronized("event.synchronize", None, event)

@@ -5,6 +5,12 @@ they go through ``__torch_function__``, so a ``TorchFunctionMode`` sees them.
 They matter under capture: ``if x.shape[0] == 0: return`` after a host-side
 ``set_`` decides, once, what the graph will hold. ``HostReadMode`` passes each
 read to a callback that decides whether it is worth a record.
+
+A torch-function mode costs every torch call the program makes a trip through
+Python (about as much as the call itself), and a read is only worth a record
+once a capture has mutated a tensor. So ``HostReadWatch`` puts the mode on the
+torch-function stack only from then (``arm``) until the capture ends
+(``disarm``); the rest of the run pays nothing.
 """
 
 from __future__ import annotations
@@ -39,3 +45,37 @@ class HostReadMode(TorchFunctionMode):
         if op is not None and args and isinstance(args[0], torch.Tensor):
             self._on_read(op, args[0])
         return func(*args, **(kwargs or {}))
+
+
+class HostReadWatch:
+    """A ``HostReadMode`` on the torch-function stack only between ``arm`` and ``disarm``.
+
+    Modes pushed after it may still be there at ``disarm`` (a program's own
+    mode entered during the capture); they stay, in their order. Disarmed, it
+    holds no callback (a recorder that owns one is no reference cycle).
+    """
+
+    def __init__(self) -> None:
+        self._mode: HostReadMode | None = None
+
+    @property
+    def armed(self) -> bool:
+        return self._mode is not None
+
+    def arm(self, on_read: Callable[[str, torch.Tensor], None]) -> None:
+        if self._mode is None:
+            self._mode = HostReadMode(on_read)
+            torch._C._push_on_torch_function_stack(self._mode)
+
+    def disarm(self) -> None:
+        armed, self._mode = self._mode, None
+        if armed is None:
+            return
+        above = []
+        while torch._C._len_torch_function_stack():
+            mode = torch._C._pop_torch_function_stack()
+            if mode is armed:
+                break
+            above.append(mode)
+        for mode in reversed(above):
+            torch._C._push_on_torch_function_stack(mode)

@@ -2,61 +2,110 @@
 
 Issue 10's target: recording a 61-layer capture with ``gpu_demo.recorder`` and
 checking it with ``simlib.checker`` takes less than 3 times as long as warming
-up and capturing it plainly. One repeat of each, interleaved so drift hits both:
+up and capturing it plainly. One repeat of each, interleaved so drift hits all:
 
 ``plain``     ``graphs.warm_up`` (two eager forwards on a side stream) and a
               ``torch.cuda.graph`` capture, then a device sync
+``floor``     the same under a ``TorchDispatchMode`` that only calls each op: the
+              least any Python dispatch mode, and so this recorder, can cost
 ``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up and
               capture under the recorder, then a device sync (``record_s``), and
               ``check(trace)`` (``check_s``)
 
-A first untimed pass of both compiles kernels and fills the allocator's caches.
-Two stacks: the project's ``MoEStack`` with ``MoEConfig(layers=61,
-order="shared_first")``, and a plain-PyTorch stack of 61 ``safe_dual_stream``
-corpus layers (no project annotations: what the recorder sees in user code).
+A first untimed pass of each compiles kernels and fills the allocator's caches.
+Per op (``ops``: the ops one pass dispatches): ``floor_us_per_op`` and
+``record_us_per_op`` are the medians' excess over ``plain``; ``gc_s`` is the
+time the recording spent in Python's garbage collector. Two stacks: the
+project's ``MoEStack`` with ``MoEConfig(layers=61, order="shared_first")``,
+and a plain-PyTorch stack of 61 ``safe_dual_stream`` corpus layers (no project
+annotations: what the recorder sees in user code).
+
+``run_dry_overhead`` measures the same on a machine without CUDA, where
+``record_capture`` is a dry run (an eager forward and a ``dry_capture``
+forward): the recorder's cost per op on this CPU, reproducibly, without a GPU.
+Its MoE stack is shrunk (``DRY_RUN_SIZES``): the same ops and records, with
+CPU matmuls small enough not to drown the per-op cost being measured; it runs
+one intra-op thread and times with this process's CPU time
+(``time.process_time``), so that other busy processes on a shared machine
+neither stall its matmuls nor count against it.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
 from simlib.checker import check
 from simlib.spec import MoEConfig
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import graphs
 from .recorder import record_capture
 from .settings import RunSettings
+from .streams import dry_capture
 
 TARGET_RATIO = 3.0
+DRY_RUN_SIZES = {"hidden": 64, "intermediate": 128}
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
+Recorded = tuple[float, float, dict[str, Any]]
+Clock = Callable[[], float]
 
 
-def compare(plain: Callable[[], float], recorded: Callable[[], tuple[float, float, dict[str, int]]],
-            repeats: int) -> dict[str, Any]:
-    """Time ``plain`` and ``recorded`` ``repeats`` times each, interleaved, after one untimed pass;
-    the ratio of medians, (record + check) / plain."""
-    plain()
-    recorded()
+class EmptyDispatchMode(TorchDispatchMode):
+    """Calls each op and nothing else; counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeats: int,
+            floor: Callable[[], float] | None = None, ops: int | None = None) -> dict[str, Any]:
+    """Time ``plain``, ``floor`` and ``recorded`` ``repeats`` times each, interleaved, after one
+    untimed pass; the ratio of medians, (record + check) / plain, and with ``ops`` the cost per op."""
+    runs = [plain, recorded, *([floor] if floor else [])]
+    for run in runs:
+        run()
     plain_s: list[float] = []
+    floor_s: list[float] = []
     record_s: list[float] = []
     check_s: list[float] = []
-    sizes: dict[str, int] = {}
+    sizes: dict[str, Any] = {}
+    gc_s: list[float] = []
     for _ in range(repeats):
         plain_s.append(plain())
+        if floor:
+            floor_s.append(floor())
         rec, chk, sizes = recorded()
         record_s.append(rec)
         check_s.append(chk)
+        gc_s.append(sizes.pop("gc_s", 0.0))
     total = [r + c for r, c in zip(record_s, check_s)]
     ratio = statistics.median(total) / statistics.median(plain_s)
-    return {
+    result = {
         "plain_s": _stats(plain_s), "record_s": _stats(record_s), "check_s": _stats(check_s),
         "record_and_check_s": _stats(total), "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO,
         "within_target": ratio < TARGET_RATIO, **sizes,
     }
+    if any(gc_s):
+        result["gc_s"] = _stats(gc_s)
+    if floor:
+        result["floor_s"] = _stats(floor_s)
+    if ops:
+        result["ops"] = ops
+        result["record_us_per_op"] = _per_op(record_s, plain_s, ops)
+        if floor:
+            result["floor_us_per_op"] = _per_op(floor_s, plain_s, ops)
+    return result
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
@@ -64,37 +113,91 @@ def _stats(samples: list[float]) -> dict[str, Any]:
             "samples": [round(s, 4) for s in samples]}
 
 
-def _timed_plain(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> Callable[[], float]:
+def _per_op(samples: list[float], plain: list[float], ops: int) -> float:
+    return round((statistics.median(samples) - statistics.median(plain)) / ops * 1e6, 2)
+
+
+@contextmanager
+def _gc_time() -> Iterator[list[float]]:
+    """Seconds spent in garbage collections inside (the one entry of the yielded list)."""
+    spent, started = [0.0], [0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - started[0]
+
+    gc.callbacks.append(callback)
+    try:
+        yield spent
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def _gpu_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
+    graphs.warm_up(lambda: fn(*inputs))
+    graph, _ = graphs.capture(lambda: fn(*inputs))
+    torch.cuda.synchronize()
+    del graph
+
+
+def _dry_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
+    fn(*inputs)
+    with dry_capture():
+        fn(*inputs)
+
+
+def _timed(one_pass: Callable[[], None], clock: Clock, mode: Callable[[], TorchDispatchMode] | None = None,
+           ) -> Callable[[], float]:
     def run() -> float:
-        started = time.perf_counter()
-        graphs.warm_up(lambda: fn(*inputs))
-        graph, _ = graphs.capture(lambda: fn(*inputs))
-        torch.cuda.synchronize()
-        elapsed = time.perf_counter() - started
-        del graph
-        return elapsed
+        started = clock()
+        if mode is None:
+            one_pass()
+        else:
+            with mode():
+                one_pass()
+        return clock() - started
     return run
 
 
-def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> Callable[[], tuple[float, float, dict[str, int]]]:
-    def run() -> tuple[float, float, dict[str, int]]:
-        started = time.perf_counter()
-        trace = record_capture(fn, inputs, replays=0)
-        torch.cuda.synchronize()
-        recorded = time.perf_counter()
+def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor], clock: Clock) -> Callable[[], Recorded]:
+    def run() -> Recorded:
+        with _gc_time() as in_gc:
+            started = clock()
+            trace = record_capture(fn, inputs, replays=0)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            recorded = clock()
         findings = check(trace)
-        checked = time.perf_counter()
+        checked = clock()
         error = trace.meta.get("capture_error")
         if error:
             raise RuntimeError(f"the recorded capture failed ({error}); the overhead of a failed capture means nothing")
-        return recorded - started, checked - recorded, {"records": len(trace.records), "findings": len(findings)}
+        return recorded - started, checked - recorded, {"records": len(trace.records), "findings": len(findings),
+                                                         "gc_s": in_gc[0]}
     return run
 
 
-def moe_stack(layers: int, settings: RunSettings) -> Stack:
+def _ops_in(one_pass: Callable[[], None]) -> int:
+    with EmptyDispatchMode() as counter:
+        one_pass()
+    return counter.ops
+
+
+def _measure(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
+             one_pass: Callable[[Callable[..., Any], list[torch.Tensor]], None], clock: Clock) -> dict[str, Any]:
+    def run() -> None:
+        one_pass(fn, inputs)
+
+    return compare(_timed(run, clock), _timed_recorded(fn, inputs, clock), repeats,
+                   floor=_timed(run, clock, EmptyDispatchMode), ops=_ops_in(run))
+
+
+def moe_stack(layers: int, settings: RunSettings, **sizes: int) -> Stack:
     from .moe import MoEStack
 
-    config = MoEConfig(layers=layers, order="shared_first")
+    config = MoEConfig(layers=layers, order="shared_first", **sizes)
     generator = torch.Generator().manual_seed(settings.seed + 1)
     return MoEStack(config, settings), [settings.random(config.tokens, config.hidden, generator=generator)]
 
@@ -114,7 +217,28 @@ def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | Non
     with torch.no_grad():
         for name, make in (("moe_stack", moe_stack), ("plain_pytorch_stack", plain_stack)):
             fn, inputs = make(layers, settings)
-            results[name] = compare(_timed_plain(fn, inputs), _timed_recorded(fn, inputs), repeats)
+            results[name] = _measure(fn, inputs, repeats, _gpu_pass, time.perf_counter)
             del fn, inputs
             torch.cuda.empty_cache()
+    return results
+
+
+def run_dry_overhead(layers: int = 61, repeats: int = 5) -> dict[str, Any]:
+    """Both stacks as a dry run on the CPU (float32; the MoE stack at ``DRY_RUN_SIZES``)."""
+    if torch.cuda.is_available():
+        raise RuntimeError("the dry run is for machines without CUDA; hide the GPUs (CUDA_VISIBLE_DEVICES=) "
+                           "or measure the real capture without --dry-run")
+    settings = RunSettings(dtype="float32", device="cpu")
+    results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict(),
+                               "mode": "dry_run", "moe_sizes": DRY_RUN_SIZES, "intra_op_threads": 1,
+                               "clock": "process_time"}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # OpenMP threads spin against any other busy process: 40x slower matmuls
+    try:
+        with torch.no_grad():
+            for name, (fn, inputs) in (("moe_stack", moe_stack(layers, settings, **DRY_RUN_SIZES)),
+                                       ("plain_pytorch_stack", plain_stack(layers, settings))):
+                results[name] = _measure(fn, inputs, repeats, _dry_pass, time.process_time)
+    finally:
+        torch.set_num_threads(threads)
     return results

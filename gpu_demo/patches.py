@@ -11,7 +11,8 @@
   a block on the host side without any aten op.
 * ``triton.runtime.jit.JITFunction.run``: a Triton kernel called directly
   (``kernel[grid](...)``) launches without the dispatcher; each launch goes to
-  ``record_triton_launch``, which tests call without Triton.
+  ``record_triton_launch`` with what the kernel's source says it reads and
+  writes (``gpu_demo.triton_access``); tests call it without Triton.
 
 The wrappers are installed when the first recorder starts and removed when
 the last one stops; in between they forward to every recorder inside
@@ -27,6 +28,8 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
 
+from .triton_access import KernelAccess, of_kernel
+
 
 class PatchListener(Protocol):
     """A recorder, as the wrapped methods see it."""
@@ -39,7 +42,8 @@ class PatchListener(Protocol):
 
     def resizing(self, storage: torch.UntypedStorage) -> ContextManager[None]: ...
 
-    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]]) -> None: ...
+    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
+                         access: KernelAccess | None = None) -> None: ...
 
 
 _listeners_now: list[PatchListener] = []
@@ -49,10 +53,11 @@ def _listeners() -> tuple[PatchListener, ...]:
     return tuple(_listeners_now)
 
 
-def record_triton_launch(kernel: str, args: Sequence[tuple[str, Any]]) -> None:
-    """A direct launch of Triton kernel ``kernel`` with ``(parameter name, value)`` pairs."""
+def record_triton_launch(kernel: str, args: Sequence[tuple[str, Any]], access: KernelAccess | None = None) -> None:
+    """A direct launch of Triton kernel ``kernel`` with ``(parameter name, value)`` pairs;
+    ``access``: what its source says it reads and writes (``None``: not known)."""
     for listener in _listeners():
-        listener.on_triton_launch(kernel, args)
+        listener.on_triton_launch(kernel, args, access)
 
 
 _held_back: list[list[Exception]] = []   # one list per torch.cuda.graph.__exit__ running
@@ -137,7 +142,8 @@ def _triton_run(original: Callable[..., Any]) -> Callable[..., Any]:
             names = list(getattr(self, "arg_names", ()))
             given = [(names[i] if i < len(names) else f"arg{i}", value) for i, value in enumerate(args)]
             given += [(k, v) for k, v in kwargs.items() if k not in ("grid", "warmup")]
-            record_triton_launch(getattr(getattr(self, "fn", None), "__name__", repr(self)), given)
+            record_triton_launch(getattr(getattr(self, "fn", None), "__name__", repr(self)), given,
+                                 of_kernel(self))
         return out
     return run
 

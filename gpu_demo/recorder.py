@@ -13,8 +13,11 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
   kernel in PyTorch: it becomes a ``SkippedLaunch``, still with the arguments
   the host froze;
 * a Triton kernel called directly becomes a ``Launch`` named ``triton:<name>``
-  (``gpu_demo.patches``); Triton does not say what a kernel writes, so every
-  tensor argument is ``rw``;
+  (``gpu_demo.patches``); Triton does not say what a kernel writes, so each
+  tensor argument's access is read off the kernel's source
+  (``gpu_demo.triton_access``), ``rw`` where the source cannot be read (then
+  ``meta["triton_access_unknown"]`` says why, per kernel). A host-side
+  tensor descriptor stands for its ``base`` tensor;
 * view ops become ``View`` records (new handle, its base, pointer, shape) and
   the view inherits its base's label;
 * host-side metadata changes (``set_``, ``resize_``, and a storage's
@@ -38,16 +41,18 @@ a role, a reason for a mutation, and the logical stream on a CPU.
 ``record_capture(fn, inputs)`` runs the whole protocol (warm-up, capture,
 replays with input refresh): on a GPU for real, on a CPU as a *dry run* in
 which ``gpu_demo.streams.dry_capture`` makes the model take its capture path
-while nothing is actually captured. The dry run keeps every storage the
-capture touches alive (see ``CaptureRecorder.capturing``), so it shows what
-the host froze but not how the caching allocator reuses freed blocks: a reuse
-after free (checker rule 4) only shows in a real capture.
+while nothing is actually captured. The dry run keeps every storage that
+warm-up and capture touch alive (see ``CaptureRecorder.holding_storages``), so
+it shows what the host froze but not how the caching allocator reuses freed
+blocks: a reuse after free (checker rule 4) only shows in a real capture.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
+import weakref
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -75,17 +80,16 @@ from simlib.trace import (
 )
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
 from . import annotate, graphs, hooks, patches
 from .annotate import MAIN
-from .host_reads import HostReadMode
+from .host_reads import HostReadWatch
 from .kernels import PDL_OPS
 from .outcomes import classify_capture_failure, cuda_error_name, first_error, one_line
 from .settings import RunSettings
 from .stream_names import StreamNames
 from .streams import dry_capture
+from .triton_access import KernelAccess
 
 aten = torch.ops.aten
 
@@ -96,7 +100,68 @@ _METADATA_MUTATIONS = {
 _NO_LAUNCH = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
 _OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, aten.random_}
 CACHING_ALLOCATOR_BLOCK = 512
+_OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
+SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
+# The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
+POSITIONAL: dict[type[Record], tuple[str, ...]] = {
+    Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl"),
+    View: ("tensor", "label", "base", "ptr", "numel", "shape", "graph"),
+    Alloc: ("tensor", "label", "ptr", "nbytes", "stream", "pool"),
+    Free: ("label", "ptr", "nbytes", "stream", "pool", "graph"),
+    EventOp: ("op", "event", "stream", "graph", "deps"),
+}
 STORAGE_RESIZE = "untyped_storage().resize_"
+
+
+# What the recorder does with an op, decided once per OpOverload (``_OpPlan``).
+MUTATE, VIEW, ITEM, NO_LAUNCH, LAUNCH = "mutate", "view", "item", "no_launch", "launch"
+# Schema types that never hold a tensor; a parameter of any other type is looked into.
+_NO_TENSOR_TYPE = re.compile(
+    r"(?:Optional|List|Device|Generator|bool|complex|float|int|SymInt|number|str|Storage|AnyEnumType"
+    r"|ScalarType|Layout|MemoryFormat|[\[\], ])+")
+
+
+@dataclass(frozen=True, slots=True)
+class _OpPlan:
+    """What the recorder does with one ``OpOverload``, read from its schema once.
+
+    ``params`` are the parameters that can hold tensors: ``(position, name,
+    access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
+    ``copy_``) or ``rw`` (any other in-place write).
+    """
+
+    action: str
+    kernel: str
+    opname: str
+    params: tuple[tuple[int, str, str], ...]
+    pdl: bool
+
+
+_PLANS: dict[Any, _OpPlan] = {}   # OpOverload -> its plan, filled by ``_plan`` on first use
+
+
+def _plan(func: torch._ops.OpOverload) -> _OpPlan:
+    packet = func.overloadpacket
+    if packet in _METADATA_MUTATIONS:
+        action = MUTATE
+    elif func.is_view:
+        action = VIEW
+    elif packet is aten._local_scalar_dense:
+        action = ITEM
+    elif packet in _NO_LAUNCH or packet is aten.detach:
+        action = NO_LAUNCH
+    else:
+        action = LAUNCH
+    params = []
+    for i, spec in enumerate(func._schema.arguments):
+        if _NO_TENSOR_TYPE.fullmatch(str(spec.type)):
+            continue
+        writes = spec.alias_info is not None and spec.alias_info.is_write
+        access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
+        params.append((i, spec.name, access))
+    kernel = str(func)
+    plan = _PLANS[func] = _OpPlan(action, kernel, func._opname, tuple(params), kernel in PDL_OPS)
+    return plan
 
 
 def block_bytes(nbytes: int, device_type: str) -> int:
@@ -105,11 +170,6 @@ def block_bytes(nbytes: int, device_type: str) -> int:
     if device_type != "cuda":
         return nbytes
     return -(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK
-
-
-def storage_bytes_from(t: torch.Tensor) -> int:
-    """Bytes of ``t``'s storage from ``t``'s first element to the storage's end."""
-    return max(0, t.untyped_storage().nbytes() - t.storage_offset() * t.element_size())
 
 
 @dataclass
@@ -127,9 +187,26 @@ class Device:
 
 
 def cuda_device() -> Device:
-    """The real one: the current CUDA stream once CUDA is initialised."""
+    """The real one: the current CUDA stream once CUDA is initialised.
+
+    The raw ``cudaStream_t`` comes from ``torch._C._cuda_getCurrentRawStream``
+    (what Inductor's launchers use) where this build has it: asked once per op,
+    ``torch.cuda.current_stream().cuda_stream`` would build a ``Stream`` object
+    each time.
+    """
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    device_index = getattr(torch._C, "_cuda_getDevice", None)
+    initialised = False
+
     def current_stream() -> int | None:
-        return torch.cuda.current_stream().cuda_stream if torch.cuda.is_initialized() else None
+        nonlocal initialised
+        if not initialised:
+            if not torch.cuda.is_initialized():
+                return None
+            initialised = True
+        if raw_stream is None or device_index is None:
+            return torch.cuda.current_stream().cuda_stream
+        return raw_stream(device_index())
 
     return Device(current_stream, torch.cuda.is_available())
 
@@ -140,6 +217,16 @@ class _OpenCapture:
     inputs: tuple[int, ...]
     by_hand: bool                  # opened by ``capturing()``, which also writes its end
     cuda_graph: object | None = None
+
+
+@dataclass(slots=True)
+class _Handle:
+    """What the recorder knows of one Python tensor object (``CaptureRecorder._handle``)."""
+
+    ref: weakref.ref
+    id: int
+    inherited: str | None = None   # the label of the tensor it is a view of
+    default: str = ""              # ``t<id>``, for a tensor nobody named
 
 
 @dataclass
@@ -168,9 +255,10 @@ class CaptureRecorder(TorchDispatchMode):
         self.eager = eager
         self.capture_ended: list[Callable[[int], None]] = []
         self.streams = StreamNames()
-        self._ids: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self._inherited: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self._mutated: WeakIdKeyDictionary = WeakIdKeyDictionary()  # mutated in the open capture
+        self._handles: dict[int, _Handle] = {}   # id(tensor) -> handle (see ``_handle``)
+        self._sweep_at = SWEEP_AT
+        self._mutated: set[int] = set()          # tensor ids mutated in the open capture
+        self._host_reads = HostReadWatch()
         self._tensor_ids = itertools.count(1)
         self._launch_ids = itertools.count()
         self._graph_ids = itertools.count()
@@ -181,7 +269,7 @@ class CaptureRecorder(TorchDispatchMode):
         self._graph_of: dict[int, int] = {}          # id(CUDAGraph) -> graph id
         self._replays: dict[int, int] = defaultdict(int)
         self._frontier: dict[str, tuple[int, ...]] = {}
-        self._held: list[torch.UntypedStorage] | None = None
+        self._held: dict[int, torch.UntypedStorage] | None = None   # block address -> storage
         self._late_names: dict[int, str] = {}
         self._made_on: dict[int, str] = {}  # storage address -> stream of the op that last made it
         self._events: dict[int, int] = {}   # raw cudaEvent_t -> event id in records
@@ -197,13 +285,13 @@ class CaptureRecorder(TorchDispatchMode):
         self._context.enter_context(annotate.listening(self))
         self._context.enter_context(hooks.listening(self))
         self._context.enter_context(patches.installed(self))
-        self._context.enter_context(HostReadMode(self._host_read))
+        self._context.callback(self._host_reads.disarm)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self._context.__exit__(*exc_info)
         super().__exit__(*exc_info)
-        self.trace.records = self._finished(self.trace.records)
+        self.trace.records = self._finished(self.trace.records, in_place=True)
         if self._pending.unmatched:
             self.trace.meta["allocations_without_a_tensor"] = self._pending.unmatched
 
@@ -218,49 +306,74 @@ class CaptureRecorder(TorchDispatchMode):
     def named(self, tensor: torch.Tensor, name: str) -> None:
         """A tensor got its name after the op that made it was recorded: records
         made before that show a placeholder, replaced by the name on exit."""
-        if tensor in self._ids:
-            self._late_names[self._ids[tensor]] = name
+        handle = self._known(tensor)
+        if handle is not None:
+            self._late_names[handle.id] = name
 
-    def _finished(self, records: list[Record]) -> list[Record]:
-        """``records`` with late names and final stream names."""
+    def _finished(self, records: list[Record], *, in_place: bool = False) -> list[Record]:
+        """``records`` with late names and final stream names. ``in_place`` renames the
+        streams of the records themselves (the finished trace: nobody holds them yet)."""
         streams = self.streams.final()
-        return [self._renamed(r, streams) for r in records]
+        names = self._late_names
+        if not names and not streams:
+            return list(records)
+        return [self._renamed(r, streams, names, in_place) for r in records]
 
-    def _renamed(self, record: Record, streams: dict[str, str]) -> Record:
-        names, changes = self._late_names, {}
-        if isinstance(record, (Launch, SkippedLaunch)) and any(a.tensor in names for a in record.args):
-            changes["args"] = tuple(replace(a, label=names[a.tensor]) if a.tensor in names else a
-                                    for a in record.args)
-        elif isinstance(record, (Mutation, View, HostRead, Alloc)) and record.tensor in names:
-            changes["label"] = names[record.tensor]
+    @staticmethod
+    def _renamed(record: Record, streams: dict[str, str], names: dict[int, str], in_place: bool) -> Record:
+        changes: dict[str, Any] = {}
+        if names:
+            if isinstance(record, (Launch, SkippedLaunch)) and any(a.tensor in names for a in record.args):
+                changes["args"] = tuple(replace(a, label=names[a.tensor]) if a.tensor in names else a
+                                        for a in record.args)
+            elif isinstance(record, (Mutation, View, HostRead, Alloc)) and record.tensor in names:
+                changes["label"] = names[record.tensor]
         stream = getattr(record, "stream", None)
         if stream in streams:
+            if in_place and not changes:
+                record.stream = streams[stream]
+                return record
             changes["stream"] = streams[stream]
         return replace(record, **changes) if changes else record
 
     # -- captures ----------------------------------------------------------------
 
     @contextmanager
-    def capturing(self, inputs: Sequence[torch.Tensor] = (), *, hold_storages: bool = False) -> Iterator[int]:
+    def capturing(self, inputs: Sequence[torch.Tensor] = ()) -> Iterator[int]:
         """Bracket a capture by hand: ``Capture`` begin/end records, graph id on records inside.
 
         ``torch.cuda.graph`` captures are bracketed without this; a
         ``torch.cuda.graph`` inside joins the capture opened here. ``inputs``
         are the graph's static inputs (checker rule 5 watches them).
-        ``hold_storages`` keeps every storage the capture touches alive until it
-        ends. The dry run needs it: the CPU allocator would hand a block freed
-        by one logical stream straight to the other, an address reuse the CUDA
-        caching allocator never makes (its blocks stay with their stream), and
-        the checker would report it as a race.
         """
         graph = self._begin(MAIN, tuple(t.data_ptr() for t in inputs), by_hand=True)
-        self._held = [] if hold_storages else None
         try:
             yield graph
         except BaseException as exc:
             self._end(exc)
             raise
         self._end(None)
+
+    @contextmanager
+    def holding_storages(self) -> Iterator[None]:
+        """Keep every storage a launch inside touches alive until the block ends.
+
+        The dry run needs it. A CPU storage that dies leaves no ``Free`` record
+        (no allocator reports it), so when malloc hands its address to a new
+        tensor the checker sees one buffer where there are two: a block freed
+        by one logical stream and taken by the other looks like a race, and a
+        warm-up's dead buffer reused by the capture like state frozen at
+        warm-up. The CUDA caching allocator reports both (and never moves a
+        block between streams), so a real capture needs no holding. Outside a
+        capture a ``set_`` or ``resize_`` still lets its block go (with a
+        ``Free``); inside one nothing is let go, so the dry run shows what the
+        host froze but not how the allocator reuses blocks (rule 4).
+        """
+        held, self._held = self._held, {}
+        try:
+            yield
+        finally:
+            self._held = held
 
     def on_capture_begin(self, cuda_graph: object) -> None:
         raw = self.device.current_stream()
@@ -286,12 +399,14 @@ class CaptureRecorder(TorchDispatchMode):
         self._open = _OpenCapture(graph, inputs, by_hand, cuda_graph)
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
-        self.graph, self._frontier, self._mutated = graph, {}, WeakIdKeyDictionary()
+        self.graph, self._frontier, self._mutated = graph, {}, set()
         return graph
 
     def _end(self, error: BaseException | None) -> None:
         opened, self._open = self._open, None
-        self.graph = self._held = None
+        self.graph = None
+        self._mutated = set()
+        self._host_reads.disarm()
         message = None if error is None else one_line(first_error(error))
         self._emit(Capture, op="end", graph=opened.graph, stream=MAIN if opened.by_hand else self._stream(),
                    inputs=opened.inputs, error=message)
@@ -334,8 +449,9 @@ class CaptureRecorder(TorchDispatchMode):
         self._pending.pointers.append(ptr)
 
     def on_freed(self, ptr: int) -> None:
-        if ptr in self._pending.pointers:  # scratch an op took and gave back
-            self._pending.pointers.remove(ptr)
+        pending = self._pending.pointers
+        if pending and ptr in pending:  # scratch an op took and gave back
+            pending.remove(ptr)
             return
         block = self._releasing.get(ptr) or self._blocks.get(ptr)
         self._blocks.pop(ptr, None)
@@ -362,15 +478,19 @@ class CaptureRecorder(TorchDispatchMode):
             deps = self._event_deps.get(event, ())
             if op == "wait":
                 self._frontier[stream] = tuple(sorted({*self._frontier.get(stream, ()), *deps}))
-        self._emit(EventOp, op=op, event=event, stream=stream, graph=self.graph, deps=deps)
+        self._add(EventOp, op, event, stream, self.graph, deps)
 
     # -- what the wrapped methods say (gpu_demo.patches) --------------------------
 
-    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]]) -> None:
+    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
+                         access: KernelAccess | None = None) -> None:
         if self._busy or not self._recording():
             return  # launched by an op the dispatcher already showed
+        if access is not None and access.unknown:
+            self.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
         with self._quiet():
-            frozen = tuple(self._arg(name, value, "rw") for name, value in args if isinstance(value, torch.Tensor))
+            frozen = tuple(self._arg(name, tensor, access.of(name) if access else "rw")
+                           for name, value in args if (tensor := _tensor_behind(value)) is not None)
             self._launch(f"triton:{kernel}", kernel, frozen, skips_empty=False)
 
     @contextmanager
@@ -382,7 +502,7 @@ class CaptureRecorder(TorchDispatchMode):
             return
         with self._quiet():
             ptr, nbytes = storage.data_ptr(), storage.nbytes()
-            on_it = [t for t in list(self._ids.keys()) if ptr and t.untyped_storage().data_ptr() == ptr]
+            on_it = [t for t in self._live_tensors() if ptr and t.untyped_storage().data_ptr() == ptr]
             before = [(t, t.data_ptr(), t.numel(), tuple(t.shape)) for t in on_it]
             label = self._label(on_it[0]) if on_it else f"storage@{ptr:#x}"
             start = len(self.trace.records)
@@ -400,65 +520,78 @@ class CaptureRecorder(TorchDispatchMode):
     # -- what the host reads (gpu_demo.host_reads) --------------------------------
 
     def _host_read(self, op: str, t: torch.Tensor) -> None:
-        if self.graph is None or self._busy or t not in self._mutated:
+        if self.graph is None or self._busy:
+            return
+        handle = self._known(t)
+        if handle is None or handle.id not in self._mutated:
             return
         with self._quiet():
-            self._emit(HostRead, op=op, tensor=self._id(t), label=self._label(t), shape=tuple(t.shape),
+            self._emit(HostRead, op=op, tensor=handle.id, label=self._label(t, handle), shape=tuple(t.shape),
                        stream=self._stream(), graph=self.graph)
 
     # -- dispatch ----------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
         kwargs = kwargs or {}
-        if not self._recording():
+        if not (self.eager or self.graph is not None):
             out = func(*args, **kwargs)
             self._pending.pointers.clear()
             return out
-        with self._quiet():
-            packet = func.overloadpacket
-            if packet in _METADATA_MUTATIONS:
+        plan = _PLANS.get(func) or _plan(func)
+        self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
+        try:
+            action = plan.action
+            if action is LAUNCH:
+                return self._op(func, plan, args, kwargs)
+            if action is MUTATE:
                 return self._mutation(func, args, kwargs)
-            if func.is_view:
+            if action is VIEW:
                 return self._views(func, args, kwargs)
-            if packet is aten._local_scalar_dense:
+            if action is ITEM:
                 self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
                 return func(*args, **kwargs)
-            inputs = [] if packet in _NO_LAUNCH or packet is aten.detach else self._frozen_args(func, args, kwargs)
             out = func(*args, **kwargs)
-            given = {id(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
-            results = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and id(t) not in given]
-            self._claim_allocations(results)
-            if packet in _NO_LAUNCH or packet is aten.detach:
-                return out
-            outputs = tuple(self._arg(f"out{i}", t, "w") for i, t in enumerate(results))
-            for t in results:
-                self._made_on[t.untyped_storage().data_ptr()] = self._stream()
-            self._launch(str(func), func._opname, (*inputs, *outputs))
+            if self._pending.pointers:
+                self._claim_allocations(_made_by(out, _tensors_of(plan, args, kwargs)))
             return out
+        finally:
+            self._busy -= 1
 
-    def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True) -> None:
-        stream, role = self._stream(), annotate.current_role()
+    def _op(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
+        """An op that launches a kernel: its arguments frozen before it runs, its results after."""
+        given = _tensors_of(plan, args, kwargs)
+        inputs = [self._arg(name, t, access) for name, t, access in given]
+        out = func(*args, **kwargs)
+        stream = self._stream()
+        outputs = [self._arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", made_on=stream)
+                   for i, t in enumerate(_made_by(out, given))]
+        if self._pending.pointers:
+            self._unclaimed()
+        self._launch(plan.kernel, plan.opname, (*inputs, *outputs), stream=stream, pdl=plan.pdl)
+        return out
+
+    def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
+                stream: str | None = None, pdl: bool = False) -> None:
+        stream, role = stream or self._stream(), annotate.current_role()
         label = f"{role}/{opname}" if role else opname
-        written = [a for a in args if a.writes]
-        if skips_empty and written and all(a.numel == 0 for a in written):
+        if skips_empty and _writes_only_empty(args):
             self._emit(SkippedLaunch, kernel=kernel, label=label, role=role, stream=stream, graph=self.graph,
                        reason="every output has zero elements", args=args)
             return
         launch = next(self._launch_ids)
         deps = self._frontier.get(stream, ())
         self._frontier[stream] = (launch,)
-        self._emit(
-            Launch, id=launch, kernel=kernel, label=label, role=role,
-            stream=stream, args=args, graph=self.graph, deps=deps, pdl=kernel in PDL_OPS,
-        )
+        self._add(Launch, launch, kernel, label, role, stream, args, self.graph, deps, pdl)
 
     def _views(self, func, args, kwargs):  # noqa: ANN001
         out = func(*args, **kwargs)
         base = args[0]
-        for view in tree_flatten(out)[0]:
-            self._inherited[view] = self._label(base)
-            self._emit(View, tensor=self._id(view), label=self._label(view), base=self._id(base),
-                       ptr=view.data_ptr(), numel=view.numel(), shape=tuple(view.shape), graph=self.graph)
+        for view in _tensors_in(out):
+            inherited = self._label(base)
+            handle = self._handle(view)
+            handle.inherited = inherited
+            self._add(View, handle.id, self._label(view, handle), self._handle(base).id,
+                      view.data_ptr(), view.numel(), tuple(view.shape), self.graph)
         return out
 
     def _mutation(self, func, args, kwargs):  # noqa: ANN001
@@ -468,6 +601,8 @@ class CaptureRecorder(TorchDispatchMode):
         ptr, nbytes, ref = storage.data_ptr(), storage.nbytes(), StorageWeakRef(storage)
         block = (block_bytes(nbytes, storage.device.type), self._label(tensor))
         del storage
+        if self._held is not None and self.graph is None:
+            self._held.pop(ptr, None)  # the program lets it go; a capture lets nothing go
         start = len(self.trace.records)
         self._releasing[ptr] = block
         try:
@@ -483,62 +618,73 @@ class CaptureRecorder(TorchDispatchMode):
         return out
 
     def _mutated_now(self, op: str, tensor: torch.Tensor, old: Sequence[Any]) -> None:
+        handle = self._handle(tensor)
         self._emit(
-            Mutation, op=op, tensor=self._id(tensor), label=self._label(tensor),
+            Mutation, op=op, tensor=handle.id, label=self._label(tensor, handle),
             old_ptr=old[0], old_numel=old[1], old_shape=tuple(old[2]),
             new_ptr=tensor.data_ptr(), new_numel=tensor.numel(), new_shape=tuple(tensor.shape),
             graph=self.graph, why=annotate.current_why(),
         )
         if self.graph is not None:
-            self._mutated[tensor] = True
+            self._mutated.add(handle.id)
+            self._host_reads.arm(self._host_read)  # from now on a read of its shape may decide what is captured
 
-    def _frozen_args(self, func, args, kwargs) -> list[Arg]:  # noqa: ANN001
-        frozen: list[Arg] = []
-        for i, spec in enumerate(func._schema.arguments):
-            value = args[i] if i < len(args) else kwargs.get(spec.name)
-            writes = spec.alias_info is not None and spec.alias_info.is_write
-            access = ("w" if spec.name == "out" or func.overloadpacket in _OVERWRITES else "rw") if writes else "r"
-            if isinstance(value, torch.Tensor):
-                frozen.append(self._arg(spec.name, value, access))
-            elif isinstance(value, (list, tuple)):
-                frozen += [
-                    self._arg(f"{spec.name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, torch.Tensor)
-                ]
-        return frozen
-
-    def _arg(self, name: str, t: torch.Tensor, access: str) -> Arg:
+    def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
+        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``.
+        ``made_on``: ``t`` is an output of an op issued to that stream (which wrote its
+        block last), and an ``Alloc`` if the runtime handed the block out for it."""
+        handle = self._handles.get(id(t))               # ``_handle`` and ``_label``, inlined
+        if handle is None or handle.ref() is not t:
+            handle = self._new_handle(t)
+        label = annotate.label_of(t) or handle.inherited or handle.default
         storage = t.untyped_storage()
+        block, nbytes = storage.data_ptr(), storage.nbytes()
         if self._held is not None:
-            self._held.append(storage)
-        if storage.data_ptr():
-            self._blocks[storage.data_ptr()] = (block_bytes(storage.nbytes(), storage.device.type), self._label(t))
-        return Arg(
-            name=name, tensor=self._id(t), label=self._label(t), ptr=t.data_ptr(), numel=t.numel(),
-            shape=tuple(t.shape), nbytes=t.numel() * t.element_size(), access=access,
-            storage_nbytes=storage_bytes_from(t),
-        )
+            self._held[block] = storage
+        if block:
+            block_nbytes = -(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK if t.is_cuda else nbytes
+            self._blocks[block] = (block_nbytes, label)
+            if made_on is not None:
+                self._made_on[block] = made_on
+                pending = self._pending.pointers
+                if pending and block in pending:
+                    pending.remove(block)
+                    self._add(Alloc, handle.id, label, block, block_nbytes, made_on, self._pool())
+        numel, size = t.numel(), t.element_size()
+        return Arg(name, handle.id, label, t.data_ptr(), numel, tuple(t.shape), numel * size, access,
+                   max(0, nbytes - t.storage_offset() * size))
 
     # -- memory ------------------------------------------------------------------
 
     def _claim_allocations(self, results: list[torch.Tensor]) -> None:
         """``Alloc`` for each block the runtime handed out during this op, sized by the
-        result tensor that got it; a block no result got (scratch) has no known size."""
+        result tensor that got it; a block no result got (scratch) has no known size.
+        (A launching op claims its outputs' blocks in ``_arg``.)"""
         pending = self._pending.pointers
+        if not pending:
+            return
+        stream = None
         for t in results:
             storage = t.untyped_storage()
             ptr = storage.data_ptr()
             if ptr in pending:
                 pending.remove(ptr)
-                nbytes = block_bytes(storage.nbytes(), storage.device.type)
-                self._blocks[ptr] = (nbytes, self._label(t))
-                self._emit(Alloc, tensor=self._id(t), label=self._label(t), ptr=ptr, nbytes=nbytes,
-                           stream=self._stream(), pool=self._pool())
-        self._pending.unmatched += len(pending)
-        pending.clear()
+                nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
+                handle = self._handle(t)
+                label = self._label(t, handle)
+                self._blocks[ptr] = (nbytes, label)
+                stream = stream or self._stream()
+                self._add(Alloc, handle.id, label, ptr, nbytes, stream, self._pool())
+        self._unclaimed()
+
+    def _unclaimed(self) -> None:
+        """The op is over: blocks it took that no result got were its scratch."""
+        self._pending.unmatched += len(self._pending.pointers)
+        self._pending.pointers.clear()
 
     def _free(self, ptr: int, nbytes: int, label: str) -> None:
-        self._emit(Free, label=label, ptr=ptr, nbytes=nbytes, stream=self._made_on.get(ptr, self._stream()),
-                   pool=self._pool(), graph=self.graph)
+        stream = self._made_on.get(ptr) or self._stream()
+        self._add(Free, label, ptr, nbytes, stream, self._pool(), self.graph)
 
     def _freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self.trace.records[start:])
@@ -571,17 +717,104 @@ class CaptureRecorder(TorchDispatchMode):
     def _stream_key(self, raw: int) -> str:
         return self.streams.saw(raw, capturing=self.graph is not None)
 
-    def _id(self, t: torch.Tensor) -> int:
-        if t not in self._ids:
-            self._ids[t] = next(self._tensor_ids)
-        return self._ids[t]
+    def _handle(self, t: torch.Tensor) -> _Handle:
+        """The recorder's handle on tensor object ``t``, made on first sight.
 
-    def _label(self, t: torch.Tensor) -> str:
-        return annotate.label_of(t) or self._inherited.get(t) or f"t{self._id(t)}"
+        Keyed by ``id(t)`` and checked against a weak reference (an id is reused
+        once its object is gone): a ``WeakIdKeyDictionary`` costs ten times as
+        much per look-up, and the recorder looks up every argument of every op.
+        """
+        handle = self._handles.get(id(t))
+        if handle is None or handle.ref() is not t:
+            handle = self._new_handle(t)
+        return handle
+
+    def _new_handle(self, t: torch.Tensor) -> _Handle:
+        if len(self._handles) >= self._sweep_at:   # the handles of dead tensors, now and then
+            self._handles = {key: h for key, h in self._handles.items() if h.ref() is not None}
+            self._sweep_at = max(SWEEP_AT, 2 * len(self._handles))
+        number = next(self._tensor_ids)
+        handle = self._handles[id(t)] = _Handle(weakref.ref(t), number, None, f"t{number}")
+        return handle
+
+    def _known(self, t: torch.Tensor) -> _Handle | None:
+        handle = self._handles.get(id(t))
+        return handle if handle is not None and handle.ref() is t else None
+
+    def _live_tensors(self) -> list[torch.Tensor]:
+        """Every tensor object seen and still alive, in the order first seen."""
+        handles = sorted(self._handles.values(), key=lambda h: h.id)
+        return [t for t in (h.ref() for h in handles) if t is not None]
+
+    def _label(self, t: torch.Tensor, handle: _Handle | None = None) -> str:
+        """The name ``annotate.label`` gave ``t``, else its base's (a view), else ``t<id>``."""
+        name = annotate.label_of(t)
+        if name:
+            return name
+        handle = handle or self._handle(t)
+        return handle.inherited or handle.default
 
     def _emit(self, kind: type[Record], **fields: Any) -> None:
         t_us = round((time.perf_counter() - self._t0) * 1e6, 3)
         self.trace.records.append(kind(step=next(self._steps), t_us=t_us, **fields))
+
+    def _add(self, kind: type[Record], *fields: Any) -> None:
+        """``_emit`` for the records made once or more per op, with the fields after
+        ``step, t_us`` in ``kind``'s order (``POSITIONAL``): a keyword call costs a
+        record twice as much."""
+        t_us = round((time.perf_counter() - self._t0) * 1e6, 3)
+        self.trace.records.append(kind(next(self._steps), t_us, *fields))
+
+
+def _tensors_of(plan: _OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, str]]:
+    """``(name, tensor, access)`` for each tensor an op was given, in schema order."""
+    found = []
+    count = len(args)
+    for position, name, access in plan.params:
+        value = args[position] if position < count else kwargs.get(name)
+        if isinstance(value, torch.Tensor):
+            found.append((name, value, access))
+        elif isinstance(value, (list, tuple)):
+            found += [(f"{name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, torch.Tensor)]
+    return found
+
+
+def _made_by(out: Any, given: list[tuple[str, torch.Tensor, str]]) -> list[torch.Tensor]:
+    """The tensors in an op's result that it was not given (its new outputs)."""
+    if isinstance(out, torch.Tensor):
+        return [] if any(t is out for _, t, _ in given) else [out]
+    given_ids = {id(t) for _, t, _ in given}
+    return [t for t in _tensors_in(out) if id(t) not in given_ids]
+
+
+def _tensors_in(out: Any) -> list[torch.Tensor]:
+    """The tensors in an op's result: a tensor, or a tuple or list of them (nested)
+    (``tree_flatten`` would leave a reference cycle behind on every call)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in _tensors_in(item)]
+    return []
+
+
+def _tensor_behind(value: Any) -> torch.Tensor | None:
+    """The tensor a Triton argument passes: itself, or a tensor descriptor's ``base``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    base = getattr(value, "base", None)
+    return base if isinstance(base, torch.Tensor) else None
+
+
+def _writes_only_empty(args: tuple[Arg, ...]) -> bool:
+    """True when the op writes something and everything it writes has zero elements
+    (PyTorch launches no kernel for it)."""
+    writes = False
+    for a in args:
+        if a.access != "r":
+            if a.numel:
+                return False
+            writes = True
+    return writes
 
 
 def record_capture(
@@ -614,9 +847,10 @@ def record_capture(
                 with recorder.capturing(inputs) as graph_id, torch.cuda.graph(graph):
                     fn(*inputs)
             else:
-                fn(*inputs)
-                with recorder.capturing(inputs, hold_storages=True) as graph_id, dry_capture():
+                with recorder.holding_storages():
                     fn(*inputs)
+                    with recorder.capturing(inputs) as graph_id, dry_capture():
+                        fn(*inputs)
         except Exception as exc:  # a capture that fails is a result, not a crash
             recorder.trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
             return recorder.trace

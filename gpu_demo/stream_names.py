@@ -25,8 +25,9 @@ RawStream = int
 LEGACY_DEFAULT: RawStream = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Seen:
+    key: str                           # the provisional name (``StreamNames.key``)
     began_capture: int | None = None   # order among capture-begin streams
     in_capture: int | None = None      # order of first appearance during a capture
     mark: str | None = None
@@ -47,19 +48,23 @@ class StreamNames:
 
     def saw(self, raw: RawStream, *, capturing: bool, mark: str | None = None) -> str:
         """Note that ``raw`` was used (during a capture or not, under ``mark``); its key."""
-        seen = self._seen.setdefault(raw, _Seen())
+        seen = self._seen.get(raw) or self._first_sight(raw)
         if capturing and seen.in_capture is None:
             seen.in_capture, self._in_capture = self._in_capture, self._in_capture + 1
         if mark and seen.mark is None:
             seen.mark = mark
-        return self.key(raw)
+        return seen.key
 
     def began_capture(self, raw: RawStream) -> str:
         """Note that a capture began on ``raw``; its key."""
-        seen = self._seen.setdefault(raw, _Seen())
+        seen = self._seen.get(raw) or self._first_sight(raw)
         if seen.began_capture is None:
             seen.began_capture, self._captures = self._captures, self._captures + 1
         return self.saw(raw, capturing=True)
+
+    def _first_sight(self, raw: RawStream) -> _Seen:
+        seen = self._seen[raw] = _Seen(self.key(raw))
+        return seen
 
     def final(self) -> dict[str, str]:
         """Provisional key -> readable name, for every stream seen so far."""

@@ -7,6 +7,8 @@ launches the way ordinary PyTorch code does.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,7 +20,7 @@ from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Lau
                           Replay, SkippedLaunch, Trace)
 
 from gpu_demo import hooks, patches  # noqa: E402
-from gpu_demo.recorder import block_bytes  # noqa: E402
+from gpu_demo.recorder import Device, block_bytes  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -54,6 +56,23 @@ def test_an_annotate_mark_names_the_stream_it_marks(streams, fake_graph_methods)
         with streams.on(ALT):
             x.add(1)
     assert [launch.stream for launch in recorder.trace.of(Launch)] == ["shared", "shared"]
+
+
+
+def test_the_real_device_asks_torch_for_the_raw_current_stream_once_cuda_is_initialised(monkeypatch):
+    from gpu_demo.recorder import cuda_device
+
+    initialised = [False]
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised[0])
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 3, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 1000 + index, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=7))
+    device = cuda_device()
+    assert device.current_stream() is None          # no CUDA context yet: no stream to name
+    initialised[0] = True
+    assert device.current_stream() == 1003          # the raw cudaStream_t of device 3
+    monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream")
+    assert cuda_device().current_stream() == 7      # a build without it: the Stream object's
 
 
 # -- events: fork and join -----------------------------------------------------------------
@@ -226,9 +245,147 @@ def test_a_routed_first_dispose_behind_a_shape_guard_is_recorded_as_the_host_saw
     assert not [f for f in check(trace) if f.rule == 2]
 
 
+
+def test_the_host_read_mode_is_on_the_torch_function_stack_only_after_a_mutation_in_capture(streams,
+                                                                                            fake_graph_methods):
+    from torch.overrides import TorchFunctionMode
+
+    class Program(TorchFunctionMode):   # the program's own mode, entered during the capture
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    def depth() -> int:
+        return torch._C._len_torch_function_stack()
+
+    x, program = torch.randn(4, 8) * 1, Program()
+    with recording(streams) as recorder:
+        x.set_(torch.empty(0))                      # eager: nothing to watch
+        before = depth()
+        try:
+            with cuda_graph(FakeGraph(), streams):
+                x.shape
+                quiet = depth()
+                y = torch.randn(3) * 1
+                y.set_(torch.empty(0))
+                armed = depth()
+                program.__enter__()
+                y.shape
+            after = torch._C._get_function_stack_at(0) if depth() == 1 else None
+        finally:
+            program.__exit__(None, None, None)
+    assert (before, quiet, armed, after) == (0, 0, 1, program)   # the program's mode outlives the watch
+    assert depth() == 0
+    assert [r.op for r in recorder.trace.of(HostRead)] == ["shape"]
+
+
+
+# -- what each op reads and writes (from its schema) -------------------------------------------
+
+def test_each_argument_is_read_written_or_both_as_its_schema_says(streams):
+    a, b, out = torch.randn(4), torch.randn(4), torch.empty(8)
+    with recording(streams) as recorder:
+        a.add_(b)                                   # in place: self read and written
+        torch.cat([a, b], out=out)                  # a list argument, an out= keyword
+        out.copy_(torch.zeros(8))                   # copy_ overwrites its destination
+        torch.cat((a, b))                           # no out=: the result is the written argument
+    launches = [launch for launch in recorder.trace.of(Launch) if launch.kernel != "aten.zeros.default"]
+    assert [[(arg.name, arg.access) for arg in launch.args] for launch in launches] == [
+        [("self", "rw"), ("other", "r")],
+        [("tensors[0]", "r"), ("tensors[1]", "r"), ("out", "w")],
+        [("self", "w"), ("src", "r")],
+        [("tensors[0]", "r"), ("tensors[1]", "r"), ("out0", "w")],
+    ]
+
+
+# -- tensor identity ----------------------------------------------------------------------------
+
+def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, monkeypatch):
+    import gpu_demo.recorder
+
+    x = torch.randn(4)
+    # Each t at the address of the t before it, as when CPython hands a dead object's slot on.
+    real_id = id
+    monkeypatch.setattr(gpu_demo.recorder, "id", raising=False, value=lambda obj: 1234 if (
+        obj is not x and isinstance(obj, torch.Tensor) and obj.dim() == 1) else real_id(obj))
+    with recording(streams) as recorder:
+        for i in range(3):
+            t = x + i
+            t.sum()
+            del t
+    made = [launch.args[-1].tensor for launch in recorder.trace.of(Launch) if launch.kernel == "aten.add.Tensor"]
+    read = [launch.args[0].tensor for launch in recorder.trace.of(Launch) if launch.kernel.startswith("aten.sum")]
+    assert len(set(made)) == 3 and made == read
+
+
+
+
+def test_a_label_belongs_to_its_tensor_object_and_goes_with_it(monkeypatch):
+    from gpu_demo import annotate
+
+    named = annotate.label(torch.randn(2), "x")
+    other = torch.randn(2)
+    real_id = id
+    monkeypatch.setattr(annotate, "id", raising=False,          # other at named's address
+                        value=lambda obj: real_id(named) if obj is other else real_id(obj))
+    assert (annotate.label_of(named), annotate.label_of(other)) == ("x", None)
+    before = len(annotate._labels)
+    del named
+    assert len(annotate._labels) == before - 1
+
+def test_handles_of_dead_tensors_are_dropped_as_the_recording_goes_on(streams, monkeypatch):
+    import gpu_demo.recorder
+
+    monkeypatch.setattr(gpu_demo.recorder, "SWEEP_AT", 64)
+    x = torch.randn(4)
+    with recording(streams) as recorder:
+        for i in range(1000):
+            x + i                              # dies at once
+        kept = len(recorder._handles)
+    made = {launch.args[-1].tensor for launch in recorder.trace.of(Launch)}
+    assert len(made) == 1000 and kept <= 128
+
+def test_records_built_by_position_follow_the_trace_field_order():
+    from dataclasses import fields
+
+    from gpu_demo.recorder import POSITIONAL
+
+    for kind, names in POSITIONAL.items():
+        assert tuple(f.name for f in fields(kind))[2:] == names, kind.__name__
+
+
+# -- the dry run's held storages ----------------------------------------------------------------
+
+def test_holding_storages_keeps_a_dead_tensors_block_until_the_block_ends():
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    from gpu_demo.recorder import CaptureRecorder
+
+    x = torch.randn(64)
+    with CaptureRecorder(device=Device(lambda: None, traced=False)) as recorder, recorder.holding_storages():
+        temp = x * 2
+        ref = StorageWeakRef(temp.untyped_storage())
+        del temp
+        held_inside = not ref.expired()
+    assert held_inside and ref.expired()
+
+
+def test_a_set_outside_capture_still_frees_a_held_block_and_one_inside_does_not():
+    from gpu_demo.recorder import CaptureRecorder
+
+    x, y = torch.randn(64) * 1, torch.randn(64) * 1
+    with CaptureRecorder(device=Device(lambda: None, traced=False)) as recorder, recorder.holding_storages():
+        x.add(1)
+        x.set_(torch.empty(0))                       # warm-up disposes x: the block goes
+        with recorder.capturing([y]):
+            y.add(1)
+            y.set_(torch.empty(0))                   # the dry capture lets nothing go
+    assert [(f.label, f.graph) for f in recorder.trace.of(Free)] == [("t1", None)]
+
+
 # -- Triton -----------------------------------------------------------------------------------
 
-def test_a_triton_launch_records_each_tensor_argument_as_read_and_written(streams, fake_graph_methods):
+def test_a_triton_launch_of_unknown_access_records_each_tensor_argument_as_read_and_written(streams,
+                                                                                          fake_graph_methods):
     src, dst = torch.randn(4, 8), torch.zeros(32)
     with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
         src.add(1)
@@ -253,6 +410,68 @@ def test_a_triton_kernel_reading_a_disposed_tensor_is_flagged(streams, fake_grap
     launch = by_kernel(recorder.trace, "triton:")[0]
     assert type(launch) is Launch and (launch.args[0].ptr, launch.args[0].numel) == (0, 0)
     assert {(1, "host_mutation"), (2, "empty_argument")} <= {(f.rule, f.code) for f in check(recorder.trace)}
+
+
+
+COPY_SOURCE = """def copy(src, dst, numel, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < numel
+    tl.store(dst + offsets, tl.load(src + offsets, mask=mask), mask=mask)
+"""
+
+
+class FakeKernel:
+    """A ``JITFunction`` as ``patches``' wrapper of ``JITFunction.run`` sees one."""
+
+    def __init__(self, src: str | None, arg_names: list[str], name: str) -> None:
+        self.src, self.arg_names = src, arg_names
+        self.fn = SimpleNamespace(__name__=name)
+
+
+def launch_triton(kernel: FakeKernel, *args, **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)``, through the wrapper the recorder installs."""
+    run = patches._triton_run(lambda self, *a, grid, warmup, **k: None)
+    run(kernel, *args, grid=(1,), warmup=False, **kwargs)
+
+
+def test_a_triton_kernel_that_only_loads_a_tensor_does_not_race_with_a_read_on_another_stream(
+        streams, fake_graph_methods):
+    """gpu_demo/corpus/fix_dispose_own_buffer: flip(x) on main, the copy kernel loading x on alt."""
+    x, staged = torch.randn(4, 8), torch.zeros(4, 8)
+    with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
+        fork()
+        x.flip(0)
+        with streams.on(ALT):
+            launch_triton(FakeKernel(COPY_SOURCE, ["src", "dst", "numel", "BLOCK"], "copy"), x, staged, 32,
+                          BLOCK=1024)
+        join()
+    (launch,) = by_kernel(recorder.trace, "triton:copy")
+    assert [(a.name, a.access) for a in launch.args] == [("src", "r"), ("dst", "w")]
+    assert check(recorder.trace) == [] and "triton_access_unknown" not in recorder.trace.meta
+
+
+def test_a_triton_kernel_whose_source_cannot_be_read_writes_everything_and_the_trace_says_why(
+        streams, fake_graph_methods):
+    x, out = torch.randn(8), torch.zeros(8)
+    with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
+        fork()
+        x.flip(0)
+        with streams.on(ALT):
+            launch_triton(FakeKernel("def copy(src, dst:\n", ["src", "dst"], "copy"), x, out)
+        join()
+    (launch,) = by_kernel(recorder.trace, "triton:copy")
+    assert [a.access for a in launch.args] == ["rw", "rw"]
+    assert "does not parse" in recorder.trace.meta["triton_access_unknown"]["copy"]
+    assert [f.code for f in check(recorder.trace)] == ["cross_stream_race"]
+
+
+def test_a_tensor_descriptor_argument_is_recorded_as_its_base_tensor(streams):
+    base = torch.zeros(4, 8)
+    source = "def fill(desc):\n    desc.store([0, 0], tl.zeros((4, 8), tl.float32))\n"
+    with recording(streams) as recorder:
+        launch_triton(FakeKernel(source, ["desc"], "fill"), SimpleNamespace(base=base, block_shape=[4, 8]))
+    (launch,) = by_kernel(recorder.trace, "triton:fill")
+    assert [(a.name, a.access, a.ptr, a.shape) for a in launch.args] == [("desc", "w", base.data_ptr(), (4, 8))]
 
 
 @torch.library.custom_op("test_recorder::triton_inside", mutates_args=("out",))
