@@ -222,3 +222,16 @@ def test_the_overhead_ratio_is_record_plus_check_over_plain_by_medians():
     result = compare(lambda: next(plain_times), recorded, repeats=3)
     assert result["plain_s"]["median"] == 1.0 and result["record_and_check_s"]["median"] == 2.5
     assert result["ratio"] == 2.5 and result["within_target"] and result["records"] == 10
+
+
+def test_the_ratio_is_taken_against_plain_passes_timed_before_any_recording_when_given():
+    plain_times = iter([9.0, 1.2, 1.2, 1.2])           # slowed by the trace callbacks
+    recorded_times = iter([(9.0, 9.0), (2.0, 0.5), (2.0, 0.5), (2.0, 0.5)])
+
+    def recorded():
+        record, check = next(recorded_times)
+        return record, check, {"records": 10, "findings": 0}
+
+    result = compare(lambda: next(plain_times), recorded, repeats=3, untraced=[0.5, 0.5, 0.6])
+    assert result["plain_untraced_s"]["median"] == 0.5 and result["ratio"] == 5.0
+    assert not result["within_target"]
