@@ -158,11 +158,14 @@ def test_the_real_h200_captures_check_like_the_simulator_predicts():
 def test_the_real_shared_first_capture_reused_the_disposed_block():
     # The caching allocator handed x's block, freed by dispose_tensor during capture, to a
     # later main-stream tensor while the alt stream's shared expert reads x: the rule 4 race.
+    from simlib.checker import check
     from simlib.trace import Free, Launch
 
     trace = recorded_trace("shared_first")
     assert trace.meta["provenance"]["gpu"] == "NVIDIA H200" and trace.meta["mode"] == "cuda"
-    free = next(r for r in trace.of(Free) if r.graph is not None)
+    (race,) = [f for f in check(trace) if f.rule == 4]
+    free = next(r for r in trace.of(Free) if r.step == race.step)
+    assert free.graph is not None and free.label == "x"
     later = [(r.stream, a.label) for r in trace.of(Launch) if r.graph is not None and r.step > free.step
              for a in r.args if a.writes and a.ptr <= free.ptr < a.ptr + max(a.nbytes, 1)]
     readers = [r.stream for r in trace.of(Launch) if r.graph is not None and r.step < free.step
