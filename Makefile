@@ -8,11 +8,12 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: tutorial headline test bench html clean
 
+# Installs the project; then copies the .pth that makes CAPTURE_ORDER_CHECK=1 work in any program
+# (an editable install skips it).
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[all]"
-	# An editable install skips the .pth that makes CAPTURE_ORDER_CHECK=1 work in any program.
 	cp capture_order_check.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 	rm -f $(VENV)/.installed-* && touch $@
 
