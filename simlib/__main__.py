@@ -31,6 +31,7 @@ from .scenarios import ScenarioResult
 from .spec import (CAPTURE_ERROR_PREFIX, CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS,
                    ROUTED_STREAMS, SHARED_MODES, MoEConfig)
 from .trace import Capture, Trace
+from .verdict import verdict_of
 
 SCENARIOS = ("moe",)
 _DEFAULTS = MoEConfig()
@@ -191,6 +192,9 @@ def _load(args: argparse.Namespace) -> tuple[Trace, str, ScenarioResult | None]:
     result = scenarios.run(config)
     failed = result.outcome.startswith(CAPTURE_ERROR_PREFIX)
     said = words(result.outcome) + (", so there is no graph" if failed else "")
+    judged = verdict_of(result)
+    if judged != result.outcome:   # replays came out one way, but the graph leaves a race
+        said = f"{words(judged)} (its replays: {said}, but the graph leaves a race; see below)"
     return result.trace, f"scenario moe {config.name}, simulated outcome: {said}", result
 
 

@@ -187,3 +187,10 @@ def test_subprocess_smoke(tmp_path):
     assert bug.returncode == 1 and "ERROR rule 1" in bug.stdout
     bad = subprocess.run([*run, "nope"], capture_output=True, text=True, cwd=root)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_check_of_the_reorder_fix_gives_the_verdict_unordered_and_exits_0(capsys):
+    assert main(["check", "--scenario", "moe", "--order", "shared_first"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith("simulated outcome: unordered (its replays: correct, but the graph leaves a race; "
+                          "see below)")
