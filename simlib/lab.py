@@ -233,7 +233,8 @@ def _right_order(expected: dict[str, str]) -> str:
             lines.append(f"  {order}: {said}: every replay matched eager and the checker is clean{gpu}.")
         else:
             lines.append(f"  {order}: {said}: the shared expert's launches came after "
-                         f"dispose_tensor(x) emptied x on the host, so they froze an empty x{gpu}.")
+                         f"dispose_tensor(x) emptied x on the host, so they saw an empty x and "
+                         f"launched nothing: the graph has no node for them{gpu}.")
     return ("Neither order is safe.\n" + "\n".join(lines) + "\nIssuing the shared expert first "
             "fixes what the capture freezes, not the order on the device: the fixes of notebook 04 "
             "that keep x alive (skip the dispose in capture, dispose only the own buffer) are correct.")

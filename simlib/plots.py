@@ -515,11 +515,12 @@ def _capture_takeaway(records: Sequence[Record], graph: int) -> str | None:
         if hit:
             roles = "/".join(dict.fromkeys(r.role for r in hit))
             what = (f"{m.label}.{m.op}(empty) at host step {m.step} came before "
-                    f"{_launches(len(hit))} ({roles}) that froze an empty {m.label} (0x0)")
+                    f"{_launches(len(hit))} ({roles}) that saw an empty {m.label} (0x0)")
             them = "it" if len(hit) == 1 else "them"
             if all(isinstance(r, SkippedLaunch) for r in hit):
-                return what + f": the host skipped {them}, so no replay ever runs {them}"
-            return what + f": every replay runs {them} on address 0"
+                return what + (f": the host skipped {them}, so the graph has no node for {them} "
+                               f"and no replay ever runs {them}")
+            return what + f": the graph holds {them} with address 0, and every replay runs {them} there"
     bad = [r for r, problem in launches if problem]
     if bad:
         return f"{len(bad)} captured launch(es) froze a null, empty or freed pointer"

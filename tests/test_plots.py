@@ -229,7 +229,7 @@ def test_routed_first_graph_highlights_the_empty_arguments(routed):
     bad = strings(fig, "graph-bad-args")
     assert any(s.split()[:3] == ["r", "x_rows", "0x0"] and s.endswith("EMPTY") for s in bad)
     assert sum("(skipped: not in the graph)" in s for s in strings(fig, "graph-text")) == 3
-    assert "the host skipped them, so no replay ever runs them" in title(fig)
+    assert "the host skipped them, so the graph has no node for them and no replay ever runs them" in title(fig)
 
 
 def test_shared_first_graph_freezes_live_pointers_and_marks_its_race(shared):
