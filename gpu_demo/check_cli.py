@@ -26,6 +26,7 @@ from .settings import DTYPES
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the three subcommands to ``python -m gpu_demo``'s parser (``args.handler`` runs one)."""
+    from .cli import _positive  # gpu_demo.cli imports this module, then calls this function
     check = commands.add_parser("check", help="is a callable safe to capture? (recording, checker, replay)")
     check.add_argument("target", help="module:callable (a function, a class or a factory; see gpu_demo.target)")
     check.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="D0,D1,...",
@@ -59,13 +60,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     overhead.set_defaults(handler=_overhead)
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
 def _shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.split(","))
@@ -74,13 +68,6 @@ def _shape(text: str) -> tuple[int, ...]:
     if not dims or any(d < 0 for d in dims):
         raise argparse.ArgumentTypeError(f"{text!r} is not a shape; write sizes separated by commas, e.g. 16,512")
     return dims
-
-
-def _needs_cuda(command: str) -> bool:
-    if torch.cuda.is_available():
-        return False
-    print(f"gpu_demo {command}: needs a CUDA GPU and none is visible", file=sys.stderr)
-    return True
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -109,7 +96,7 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
 
 def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
     from . import corpus
-    from .cli import _default_path, _write, format_table
+    from .cli import _default_path, _write, format_table, no_cuda
     from .corpus import runner
 
     if args.summary:
@@ -121,7 +108,7 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"gpu_demo corpus: unknown program(s) {', '.join(unknown)}; the programs are: "
               + ", ".join(corpus.PROGRAMS), file=sys.stderr)
         return 2
-    if _needs_cuda("corpus"):
+    if no_cuda("corpus"):
         return 2
     results = runner.run_corpus(names, jobs=args.jobs, dtype=args.dtype, replays=args.replays,
                                 timeout=args.timeout)
@@ -132,7 +119,7 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
-    from .cli import _default_path, _write, format_table
+    from .cli import _default_path, _write, format_table, no_cuda
     from .overhead import run_dry_overhead, run_overhead
 
     if args.dry_run:
@@ -141,11 +128,12 @@ def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
         except RuntimeError as exc:
             print(f"gpu_demo recorder-overhead --dry-run: {exc}", file=sys.stderr)
             return 2
-    elif _needs_cuda("recorder-overhead"):
+    elif no_cuda("recorder-overhead"):
         return 2
     else:
         results = run_overhead(layers=args.layers, repeats=args.repeats)
-    rows = [[name, r["ops"], r["records"], f"{r['plain_s']['median']:.3f}", f"{r['record_s']['median']:.3f}",
+    rows = [[name, r["ops"], r["records"], f"{r.get('plain_untraced_s', r['plain_s'])['median']:.3f}",
+             f"{r['record_s']['median']:.3f}",
              f"{r['check_s']['median']:.3f}", f"{r['ratio']:.2f}", "yes" if r["within_target"] else "NO",
              r["floor_us_per_op"], r["record_us_per_op"]]
             for name, r in results.items() if isinstance(r, dict) and "ratio" in r]

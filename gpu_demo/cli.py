@@ -121,6 +121,14 @@ def _case_parser() -> argparse.ArgumentParser:
     return case
 
 
+def no_cuda(command: str, hint: str = "") -> bool:
+    """True, after saying so on stderr, when ``command`` needs a CUDA GPU and none is visible."""
+    if torch.cuda.is_available():
+        return False
+    print(f"gpu_demo {command}: needs a CUDA GPU and none is visible{hint}", file=sys.stderr)
+    return True
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -200,9 +208,7 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[
         problem = _unwritable(path) if path is not None else None
         if problem:
             return _cannot_write(args.command, flag, path, problem)
-    if not dry_run and not torch.cuda.is_available():
-        hint = " (or record --dry-run on the CPU)" if args.command == "record" else ""
-        print(f"gpu_demo {args.command}: needs a CUDA GPU and none is visible{hint}", file=sys.stderr)
+    if not dry_run and no_cuda(args.command, " (or record --dry-run on the CPU)" if args.command == "record" else ""):
         return 2
     handler = {"run": _run, "bench": _bench, "decode": _decode, "record": _record}[args.command]
     return handler(args, config, settings, argv)

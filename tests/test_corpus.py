@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_demo import check_cli, corpus
+from gpu_demo import cli as gpu_cli
+from gpu_demo import corpus
 from gpu_demo.cli import main
 from gpu_demo.corpus import runner
 from gpu_demo.overhead import compare
@@ -146,7 +147,7 @@ def fake_results():
 
 
 def test_the_corpus_command_prints_the_table_and_writes_json_with_provenance(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(check_cli, "_needs_cuda", lambda command: False)
+    monkeypatch.setattr(gpu_cli, "no_cuda", lambda command, hint="": False)
     monkeypatch.setattr(runner, "run_corpus", lambda names, **options: fake_results())
     out = tmp_path / "corpus.json"
     assert main(["corpus", "--out", str(out), "--jobs", "2"]) == 0
@@ -235,3 +236,16 @@ def test_the_ratio_is_taken_against_plain_passes_timed_before_any_recording_when
     result = compare(lambda: next(plain_times), recorded, repeats=3, untraced=[0.5, 0.5, 0.6])
     assert result["plain_untraced_s"]["median"] == 0.5 and result["ratio"] == 5.0
     assert not result["within_target"]
+
+
+def test_the_overhead_table_shows_the_baseline_its_ratio_is_taken_against(monkeypatch, tmp_path, capsys):
+    from gpu_demo import overhead
+
+    stack = {"ops": 10, "records": 20, "plain_s": {"median": 0.7}, "plain_untraced_s": {"median": 0.5},
+             "record_s": {"median": 1.4}, "check_s": {"median": 0.1}, "ratio": 3.0, "within_target": False,
+             "floor_us_per_op": 1.0, "record_us_per_op": 2.0}
+    monkeypatch.setattr(gpu_cli, "no_cuda", lambda command, hint="": False)
+    monkeypatch.setattr(overhead, "run_overhead", lambda layers, repeats: {"layers": layers, "moe_stack": stack})
+    assert main(["recorder-overhead", "--out", str(tmp_path / "o.json")]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("moe_stack")]
+    assert "0.500" in row and "0.700" not in row
