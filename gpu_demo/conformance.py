@@ -29,7 +29,7 @@ from simlib.checker import check
 from simlib.glossary import UNORDERED
 from simlib.headline import load_gpu_results
 from simlib.spec import CORRECT, SILENT_WRONG, MoEConfig
-from simlib.verdict import agrees, possible_outcomes
+from simlib.verdict import agrees, possible_outcomes, verdict
 
 from .harness import count_wrong
 
@@ -40,13 +40,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "matrix-h200.json"
 class Prediction:
     outcomes: frozenset[str]   # every outcome some schedule of the replays produced
     simulated: str             # the replay as the profile times it
+    outcome: str               # the verdict (simlib.verdict): ``unordered`` where the checker finds a race
     rules: tuple[str, ...]     # checker findings, as "rule N (code)"
     schedules: str             # which schedule gives which outcome (exploration.describe())
-
-    @property
-    def outcome(self) -> str:
-        """The one outcome, or ``unordered`` when schedules disagree."""
-        return next(iter(self.outcomes)) if len(self.outcomes) == 1 else UNORDERED
 
 
 @dataclass(frozen=True)
@@ -63,9 +59,8 @@ def predict(config: MoEConfig) -> Prediction:
     exploration = possible_outcomes(config)
     findings = check(exploration.default.trace)
     rules = tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in findings))
-    return Prediction(exploration.outcomes, exploration.default.outcome, rules,
-                      exploration.describe())
-
+    return Prediction(exploration.outcomes, exploration.default.outcome,
+                      verdict(exploration.default.outcome, findings), rules, exploration.describe())
 
 
 def rows(path: Path = RESULTS) -> list[Row]:
