@@ -5,9 +5,9 @@ checking it with ``simlib.checker`` takes less than 3 times as long as warming
 up and capturing it plainly. One repeat of each, interleaved so drift hits all:
 
 ``plain``     ``graphs.warm_up`` (two eager forwards on a side stream) and a
-              ``torch.cuda.graph`` capture, then a device sync; on a GPU the ratio
-              is taken against plain passes timed before anything recorded
-              (``plain_untraced_s``: see ``compare``)
+              ``torch.cuda.graph`` capture, then a device sync; on a GPU also
+              timed before anything recorded (``plain_untraced_s``: see
+              ``compare``), and the ratio is taken against the faster of the two
 ``floor``     the same under a ``TorchDispatchMode`` that only calls each op: the
               least any Python dispatch mode, and so this recorder, can cost
 ``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up and
@@ -15,12 +15,19 @@ up and capturing it plainly. One repeat of each, interleaved so drift hits all:
               ``check(trace)`` (``check_s``)
 
 A first untimed pass of each compiles kernels and fills the allocator's caches.
+Each timed pass starts from a collected heap (``gc.collect()``, untimed), as a
+recording in a fresh process does; the collections a recording triggers
+itself are timed (``gc_s``: CPython collects the whole heap, torch's included,
+once enough of the trace's objects have piled up, 0.1 to 0.2 s a time).
 Per op (``ops``: the ops one pass dispatches): ``floor_us_per_op`` and
-``record_us_per_op`` are the medians' excess over ``plain``; ``gc_s`` is the
-time the recording spent in Python's garbage collector. Two stacks: the
-project's ``MoEStack`` with ``MoEConfig(layers=61, order="shared_first")``,
-and a plain-PyTorch stack of 61 ``safe_dual_stream`` corpus layers (no project
-annotations: what the recorder sees in user code).
+``record_us_per_op`` are the medians' excess over ``plain``, and
+``trace_callbacks_us_per_op`` that of ``plain`` over ``plain_untraced``: what
+torch's GPU-trace callbacks (``gpu_demo.hooks``) cost each op once on, with
+nobody listening. ``gc_s`` is the time the recording spent in Python's garbage
+collector. Two stacks: the project's ``MoEStack`` with
+``MoEConfig(layers=61, order="shared_first")``, and a plain-PyTorch stack of 61
+``safe_dual_stream`` corpus layers (no project annotations: what the recorder
+sees in user code).
 
 ``run_dry_overhead`` measures the same on a machine without CUDA, where
 ``record_capture`` is a dry run (an eager forward and a ``dry_capture``
@@ -72,13 +79,15 @@ class EmptyDispatchMode(TorchDispatchMode):
 
 def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeats: int,
             floor: Callable[[], float] | None = None, ops: int | None = None,
-            untraced: list[float] | None = None) -> dict[str, Any]:
+            untraced: list[float] | None = None, settle: Callable[[], Any] = gc.collect) -> dict[str, Any]:
     """Time ``plain``, ``floor`` and ``recorded`` ``repeats`` times each, interleaved, after one
-    untimed pass; the ratio of medians, (record + check) / plain, and with ``ops`` the cost per op.
+    untimed pass, each after ``settle()``; the ratio of medians, (record + check) / plain, and
+    with ``ops`` the cost per op.
 
-    ``untraced``: plain samples timed before this process ever recorded. Once a recorder has
-    run, torch's GPU-trace callbacks stay on for good and slow the interleaved plain runs too,
-    so where given, the ratio is taken against these."""
+    ``untraced``: plain samples timed before this process ever recorded (once a recorder has
+    run, torch's GPU-trace callbacks stay on for good, and the interleaved plain runs pay for
+    them). Where given, the ratio is taken against the faster of the two plain medians: the
+    baseline that makes the recorder look worse (``baseline`` names it)."""
     runs = [plain, recorded, *([floor] if floor else [])]
     for run in runs:
         run()
@@ -89,19 +98,26 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
     sizes: dict[str, Any] = {}
     gc_s: list[float] = []
     for _ in range(repeats):
+        settle()
         plain_s.append(plain())
         if floor:
+            settle()
             floor_s.append(floor())
+        settle()
         rec, chk, sizes = recorded()
         record_s.append(rec)
         check_s.append(chk)
         gc_s.append(sizes.pop("gc_s", 0.0))
     total = [r + c for r, c in zip(record_s, check_s)]
-    ratio = statistics.median(total) / statistics.median(untraced or plain_s)
+    baselines = {"plain_s": statistics.median(plain_s),
+                 **({"plain_untraced_s": statistics.median(untraced)} if untraced else {})}
+    baseline = min(baselines, key=baselines.__getitem__)
+    ratio = statistics.median(total) / baselines[baseline]
     result = {
         "plain_s": _stats(plain_s), **({"plain_untraced_s": _stats(untraced)} if untraced else {}),
         "record_s": _stats(record_s), "check_s": _stats(check_s),
-        "record_and_check_s": _stats(total), "ratio": round(ratio, 3), "target_ratio": TARGET_RATIO,
+        "record_and_check_s": _stats(total), "baseline": baseline, "ratio": round(ratio, 3),
+        "target_ratio": TARGET_RATIO,
         "within_target": ratio < TARGET_RATIO, **sizes,
     }
     if any(gc_s):
@@ -113,6 +129,8 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
         result["record_us_per_op"] = _per_op(record_s, plain_s, ops)
         if floor:
             result["floor_us_per_op"] = _per_op(floor_s, plain_s, ops)
+        if untraced:
+            result["trace_callbacks_us_per_op"] = _per_op(plain_s, untraced, ops)
     return result
 
 
@@ -203,11 +221,18 @@ def _measure(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
                    floor=_timed(run, clock, EmptyDispatchMode), ops=_ops_in(run), untraced=untraced)
 
 
-def _untraced(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int) -> list[float]:
-    """Plain GPU passes timed before anything in this process recorded (one untimed first)."""
+def _untraced(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
+              warm_passes: int = 3) -> list[float]:
+    """Plain GPU passes timed before anything in this process recorded, each after
+    ``gc.collect()``, once ``warm_passes`` untimed ones have brought the GPU up to speed."""
     run = _timed(lambda: _gpu_pass(fn, inputs), time.perf_counter)
-    run()
-    return [run() for _ in range(repeats)]
+    for _ in range(warm_passes):
+        run()
+    samples = []
+    for _ in range(repeats):
+        gc.collect()
+        samples.append(run())
+    return samples
 
 
 def moe_stack(layers: int, settings: RunSettings, **sizes: int) -> Stack:

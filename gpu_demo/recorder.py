@@ -78,6 +78,7 @@ from simlib.trace import (
     Trace,
     View,
 )
+from torch._C import DisableTorchFunction
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -225,8 +226,7 @@ class _Handle:
 
     ref: weakref.ref
     id: int
-    inherited: str | None = None   # the label of the tensor it is a view of
-    default: str = ""              # ``t<id>``, for a tensor nobody named
+    label: str   # its ``annotate`` name, else its base's (a view), else ``t<id>`` (``_label``)
 
 
 @dataclass
@@ -264,7 +264,7 @@ class CaptureRecorder(TorchDispatchMode):
         self._graph_ids = itertools.count()
         self._event_ids = itertools.count()
         self._steps = itertools.count()
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter_ns()
         self._open: _OpenCapture | None = None
         self._graph_of: dict[int, int] = {}          # id(CUDAGraph) -> graph id
         self._replays: dict[int, int] = defaultdict(int)
@@ -308,6 +308,7 @@ class CaptureRecorder(TorchDispatchMode):
         made before that show a placeholder, replaced by the name on exit."""
         handle = self._known(tensor)
         if handle is not None:
+            handle.label = name
             self._late_names[handle.id] = name
 
     def _finished(self, records: list[Record], *, in_place: bool = False) -> list[Record]:
@@ -532,6 +533,14 @@ class CaptureRecorder(TorchDispatchMode):
     # -- dispatch ----------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
+        """Record ``func`` as its ``_OpPlan`` says, and run it.
+
+        Torch-function modes are off inside: plain PyTorch runs an op's aten
+        call below them, so neither the aten op the recorder calls nor its own
+        reads of the arguments may reach them (an armed ``HostReadWatch`` would
+        take them for the program's, and each trip through a mode costs about
+        ten times the read).
+        """
         kwargs = kwargs or {}
         if not (self.eager or self.graph is not None):
             out = func(*args, **kwargs)
@@ -540,22 +549,26 @@ class CaptureRecorder(TorchDispatchMode):
         plan = _PLANS.get(func) or _plan(func)
         self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
         try:
-            action = plan.action
-            if action is LAUNCH:
-                return self._op(func, plan, args, kwargs)
-            if action is MUTATE:
-                return self._mutation(func, args, kwargs)
-            if action is VIEW:
-                return self._views(func, args, kwargs)
-            if action is ITEM:
-                self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
-                return func(*args, **kwargs)
-            out = func(*args, **kwargs)
-            if self._pending.pointers:
-                self._claim_allocations(_made_by(out, _tensors_of(plan, args, kwargs)))
-            return out
+            with DisableTorchFunction():
+                return self._dispatch(func, plan, args, kwargs)
         finally:
             self._busy -= 1
+
+    def _dispatch(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
+        action = plan.action
+        if action is LAUNCH:
+            return self._op(func, plan, args, kwargs)
+        if action is MUTATE:
+            return self._mutation(func, args, kwargs)
+        if action is VIEW:
+            return self._views(func, args, kwargs)
+        if action is ITEM:
+            self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if self._pending.pointers:
+            self._claim_allocations(_made_by(out, _tensors_of(plan, args, kwargs)))
+        return out
 
     def _op(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         """An op that launches a kernel: its arguments frozen before it runs, its results after."""
@@ -585,13 +598,12 @@ class CaptureRecorder(TorchDispatchMode):
 
     def _views(self, func, args, kwargs):  # noqa: ANN001
         out = func(*args, **kwargs)
-        base = args[0]
+        base = self._handle(args[0])
         for view in _tensors_in(out):
-            inherited = self._label(base)
             handle = self._handle(view)
-            handle.inherited = inherited
-            self._add(View, handle.id, self._label(view, handle), self._handle(base).id,
-                      view.data_ptr(), view.numel(), tuple(view.shape), self.graph)
+            handle.label = annotate.label_of(view) or base.label
+            self._add(View, handle.id, handle.label, base.id, view.data_ptr(), view.numel(),
+                      tuple(view.shape), self.graph)
         return out
 
     def _mutation(self, func, args, kwargs):  # noqa: ANN001
@@ -633,10 +645,10 @@ class CaptureRecorder(TorchDispatchMode):
         """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``.
         ``made_on``: ``t`` is an output of an op issued to that stream (which wrote its
         block last), and an ``Alloc`` if the runtime handed the block out for it."""
-        handle = self._handles.get(id(t))               # ``_handle`` and ``_label``, inlined
+        handle = self._handles.get(id(t))               # ``_handle``, inlined
         if handle is None or handle.ref() is not t:
             handle = self._new_handle(t)
-        label = annotate.label_of(t) or handle.inherited or handle.default
+        label = handle.label
         storage = t.untyped_storage()
         block, nbytes = storage.data_ptr(), storage.nbytes()
         if self._held is not None:
@@ -699,10 +711,12 @@ class CaptureRecorder(TorchDispatchMode):
 
     @contextmanager
     def _quiet(self) -> Iterator[None]:
-        """The recorder's own tensor reads inside are not the program's."""
+        """The recorder's own tensor reads inside are not the program's: no ``HostRead``
+        for them, and no trip through torch-function modes (see ``__torch_dispatch__``)."""
         self._busy += 1
         try:
-            yield
+            with DisableTorchFunction():
+                yield
         finally:
             self._busy -= 1
 
@@ -734,7 +748,7 @@ class CaptureRecorder(TorchDispatchMode):
             self._handles = {key: h for key, h in self._handles.items() if h.ref() is not None}
             self._sweep_at = max(SWEEP_AT, 2 * len(self._handles))
         number = next(self._tensor_ids)
-        handle = self._handles[id(t)] = _Handle(weakref.ref(t), number, None, f"t{number}")
+        handle = self._handles[id(t)] = _Handle(weakref.ref(t), number, annotate.label_of(t) or f"t{number}")
         return handle
 
     def _known(self, t: torch.Tensor) -> _Handle | None:
@@ -747,22 +761,19 @@ class CaptureRecorder(TorchDispatchMode):
         return [t for t in (h.ref() for h in handles) if t is not None]
 
     def _label(self, t: torch.Tensor, handle: _Handle | None = None) -> str:
-        """The name ``annotate.label`` gave ``t``, else its base's (a view), else ``t<id>``."""
-        name = annotate.label_of(t)
-        if name:
-            return name
-        handle = handle or self._handle(t)
-        return handle.inherited or handle.default
+        """The name ``annotate.label`` gave ``t``, else its base's (a view), else ``t<id>``
+        (kept on its handle: made with it, renamed by ``named``)."""
+        return (handle or self._handle(t)).label
 
     def _emit(self, kind: type[Record], **fields: Any) -> None:
-        t_us = round((time.perf_counter() - self._t0) * 1e6, 3)
+        t_us = (time.perf_counter_ns() - self._t0) / 1000
         self.trace.records.append(kind(step=next(self._steps), t_us=t_us, **fields))
 
     def _add(self, kind: type[Record], *fields: Any) -> None:
         """``_emit`` for the records made once or more per op, with the fields after
         ``step, t_us`` in ``kind``'s order (``POSITIONAL``): a keyword call costs a
         record twice as much."""
-        t_us = round((time.perf_counter() - self._t0) * 1e6, 3)
+        t_us = (time.perf_counter_ns() - self._t0) / 1000
         self.trace.records.append(kind(next(self._steps), t_us, *fields))
 
 
@@ -782,7 +793,10 @@ def _tensors_of(plan: _OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, tor
 def _made_by(out: Any, given: list[tuple[str, torch.Tensor, str]]) -> list[torch.Tensor]:
     """The tensors in an op's result that it was not given (its new outputs)."""
     if isinstance(out, torch.Tensor):
-        return [] if any(t is out for _, t, _ in given) else [out]
+        for _, t, _ in given:
+            if t is out:
+                return []
+        return [out]
     given_ids = {id(t) for _, t, _ in given}
     return [t for t in _tensors_in(out) if id(t) not in given_ids]
 

@@ -36,7 +36,7 @@ import functools
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 READ, WRITE, READ_WRITE = "r", "w", "rw"
 LANGUAGE_ROOTS = frozenset({"tl", "triton"})        # ``tl.store``, ``triton.language.store``

@@ -27,7 +27,7 @@ from .stream import Stream
 from .tensor import TensorHandle, raw
 from .timing import Profile
 from .trace import Trace
-from .values import Call, Expr, Sym
+from .values import Call, Expr
 
 
 def stage(block: str, k: int, n: int) -> Callable[..., Expr]:

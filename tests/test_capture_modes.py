@@ -60,7 +60,7 @@ def test_strict_modes_forbid_querying_an_uncaptured_event_relaxed_allows_it(rt):
 
 def test_after_a_strict_mode_error_the_capture_is_invalidated(rt):
     side = rt.Stream("side")
-    done = side.record_event()
+    side.record_event()
     with pytest.raises(StreamCaptureInvalidated):
         with rt.graph(rt.current_stream):
             with pytest.raises(StreamCaptureUnsupported):

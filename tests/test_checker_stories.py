@@ -235,7 +235,7 @@ def test_each_consumer_is_told_what_the_graph_holds_for_it():
     for f in findings:
         assert "'raw_gate_up' on alt at step" in f.why
         assert f"the graph holds {GRAPH_HOLDS[NULL_POINTER_NODE]}" in f.why
-        assert f"'shared.down' on alt at step" in f.why and f"the graph holds {GRAPH_HOLDS[NO_NODE]}" in f.why
+        assert "'shared.down' on alt at step" in f.why and f"the graph holds {GRAPH_HOLDS[NO_NODE]}" in f.why
         assert "froze the new value" not in f.why and "every replay runs" not in f.why
 
 

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_fakes import (ALT, ALT2, CAPTURE, SIDE, FakeGraph, by_kernel, cuda_graph,  # noqa: E402
+from gpu_fakes import (ALT, ALT2, SIDE, FakeGraph, by_kernel, cuda_graph,  # noqa: E402
                        fake_graph_methods, fork, graph_launches, join, recording, streams)
 from simlib.checker import check  # noqa: E402
 from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Launch, Mutation,  # noqa: E402
