@@ -132,7 +132,7 @@ def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     else:
         results = run_overhead(layers=args.layers, repeats=args.repeats)
-    rows = [[name, r["ops"], r["records"], f"{r[r.get('baseline', 'plain_s')]['median']:.3f}",
+    rows = [[name, r["ops"], r["records"], f"{r['plain_s']['median']:.3f}",
              f"{r['record_s']['median']:.3f}",
              f"{r['check_s']['median']:.3f}", f"{r['ratio']:.2f}", "yes" if r["within_target"] else "NO",
              r["floor_us_per_op"], r["record_us_per_op"]]
