@@ -80,7 +80,7 @@ from simlib.trace import (
 )
 from torch._C import DisableTorchFunction
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from . import annotate, graphs, hooks, patches
 from .annotate import MAIN
@@ -242,8 +242,10 @@ class CaptureRecorder(TorchDispatchMode):
 
     ``device`` is where the current stream comes from (``cuda_device()``);
     ``eager=False`` records nothing outside captures (for whole-process
-    checking, where eager work would only grow the trace). Callables in
-    ``capture_ended`` are called with each graph id when its capture ends.
+    checking, where eager work would only grow the trace), and is on the
+    dispatch stack only while a capture is open, so eager work outside pays
+    for no dispatch mode. Callables in ``capture_ended`` are called with each
+    graph id when its capture ends.
     """
 
     def __init__(self, meta: dict[str, Any] | None = None, *, device: Device | None = None,
@@ -278,10 +280,12 @@ class CaptureRecorder(TorchDispatchMode):
         self._blocks: dict[int, tuple[int, str]] = {}     # block address -> (bytes, label)
         self._releasing: dict[int, tuple[int, str]] = {}  # blocks a mutation is letting go
         self._busy = 0   # >0 while the recorder's own code or an op's internals run
+        self._dispatching = False   # ``eager=False``: on the dispatch stack now (``_enter_dispatch``)
         self._context = ExitStack()
 
     def __enter__(self) -> "CaptureRecorder":
-        super().__enter__()
+        if self.eager:
+            super().__enter__()
         self._context.enter_context(annotate.listening(self))
         self._context.enter_context(hooks.listening(self))
         self._context.enter_context(patches.installed(self))
@@ -290,7 +294,10 @@ class CaptureRecorder(TorchDispatchMode):
 
     def __exit__(self, *exc_info: Any) -> None:
         self._context.__exit__(*exc_info)
-        super().__exit__(*exc_info)
+        if self.eager:
+            super().__exit__(*exc_info)
+        else:
+            self._leave_dispatch()
         self.trace.records = self._finished(self.trace.records, in_place=True)
         if self._pending.unmatched:
             self.trace.meta["allocations_without_a_tensor"] = self._pending.unmatched
@@ -401,6 +408,7 @@ class CaptureRecorder(TorchDispatchMode):
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
         self.graph, self._frontier, self._mutated = graph, {}, set()
+        self._enter_dispatch()
         return graph
 
     def _end(self, error: BaseException | None) -> None:
@@ -408,11 +416,26 @@ class CaptureRecorder(TorchDispatchMode):
         self.graph = None
         self._mutated = set()
         self._host_reads.disarm()
+        self._leave_dispatch()
         message = None if error is None else one_line(first_error(error))
         self._emit(Capture, op="end", graph=opened.graph, stream=MAIN if opened.by_hand else self._stream(),
                    inputs=opened.inputs, error=message)
         for callback in self.capture_ended:
             callback(opened.graph)
+
+    def _enter_dispatch(self) -> None:
+        """``eager=False``: onto the dispatch stack of the thread whose capture is opening."""
+        if not self.eager and not self._dispatching:
+            TorchDispatchMode.__enter__(self)
+            self._dispatching = True
+
+    def _leave_dispatch(self) -> None:
+        """``eager=False``: off the dispatch stack once the capture is over. A mode the
+        program entered during the capture and has not left sits above it: then it
+        stays (recording nothing) until a later capture ends with it on top."""
+        if self._dispatching and _get_current_dispatch_mode() is self:
+            TorchDispatchMode.__exit__(self, None, None, None)
+            self._dispatching = False
 
     def replay(self, graph: int, index: int) -> None:
         self._replays[graph] = index + 1
@@ -447,7 +470,8 @@ class CaptureRecorder(TorchDispatchMode):
         self._event("wait", self._event_id(event), self._stream_key(stream))
 
     def on_allocated(self, ptr: int) -> None:
-        self._pending.pointers.append(ptr)
+        if self.eager or self.graph is not None:   # else no op of ours would claim or clear it
+            self._pending.pointers.append(ptr)
 
     def on_freed(self, ptr: int) -> None:
         pending = self._pending.pointers

@@ -1,7 +1,8 @@
-"""Checking captures as they happen: ``capture_checked`` and ``CAPTURE_ORDER_CHECK``, on a CPU."""
+"""Checking captures as they happen: ``capture_checked`` and ``CAPTURE_ORDER_CHECK``, on a CPU (and, with a GPU, in a real process)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -195,3 +196,43 @@ def test_a_built_wheel_puts_the_pth_at_the_top_of_site_packages(tmp_path):
     wheel = tmp_path / done.stdout.strip().splitlines()[-1]
     names = zipfile.ZipFile(wheel).namelist()
     assert "capture_order_check.pth" in names and "gpu_demo/autocheck.py" in names
+
+
+# -- whole process, on a GPU ------------------------------------------------------------------
+
+GPU_PROGRAM = """
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+from gpu_demo import autocheck
+from gpu_demo.corpus import {program} as program
+
+layer, inputs = program.make(torch.device("cuda"), torch.bfloat16)
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    for _ in range(2):
+        layer(*[t.clone() for t in inputs])
+torch.cuda.current_stream().wait_stream(side)
+print("dispatch mode before the capture:", _get_current_dispatch_mode() is not None)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    layer(*inputs)
+print("dispatch mode after the capture:", _get_current_dispatch_mode() is not None)
+print("rules:", sorted({{f.rule for r in autocheck.process_checker().reports for f in r.findings}}))
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("program, hazardous", [("routed_first_set_scalar_triton", True),
+                                                ("safe_dual_stream", False)])
+def test_a_checked_process_records_a_real_capture_and_no_eager_op(program, hazardous, tmp_path):
+    script = tmp_path / "serve.py"
+    script.write_text(GPU_PROGRAM.format(program=program))
+    done = _run(["-m", "gpu_demo.autocheck", str(script)], "1", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "dispatch mode before the capture: False" in done.stdout
+    assert "dispatch mode after the capture: False" in done.stdout
+    (rules,) = [ast.literal_eval(line.split(":", 1)[1]) for line in done.stdout.splitlines()
+                if line.startswith("rules:")]
+    assert (1 in rules) if hazardous else rules == [], done.stdout + done.stderr

@@ -18,8 +18,10 @@ from gpu_fakes import (ALT, ALT2, SIDE, FakeGraph, by_kernel, cuda_graph,  # noq
 from simlib.checker import check  # noqa: E402
 from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Launch, Mutation,  # noqa: E402
                           Replay, SkippedLaunch, Trace)
+from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
 
 from gpu_demo import hooks, patches  # noqa: E402
+from gpu_demo.overhead import EmptyDispatchMode  # noqa: E402
 from gpu_demo.recorder import Device, block_bytes  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
@@ -563,6 +565,37 @@ def test_without_eager_recording_only_captures_are_kept(streams, fake_graph_meth
             x.mul(2)
         torch.cuda.CUDAGraph.replay(graph)
     assert [r.kind for r in recorder.trace.records] == ["capture", "alloc", "launch", "capture"]
+
+
+def test_without_eager_recording_the_recorder_dispatches_only_while_a_capture_is_open(streams,
+                                                                                       fake_graph_methods):
+    x, on_top = torch.randn(4), []
+    with recording(streams, eager=False) as recorder:
+        on_top.append(_get_current_dispatch_mode() is recorder)
+        x.add(1)                        # its block is reported, and nobody is left holding it
+        assert not recorder._pending.pointers
+        with cuda_graph(FakeGraph(), streams):
+            on_top.append(_get_current_dispatch_mode() is recorder)
+            x.mul(2)
+        on_top.append(_get_current_dispatch_mode() is recorder)
+    assert on_top == [False, True, False]
+    assert [r.kind for r in recorder.trace.records] == ["capture", "alloc", "launch", "capture"]
+
+
+def test_a_mode_left_open_across_a_capture_end_keeps_the_recorder_until_a_later_capture_ends(
+        streams, fake_graph_methods):
+    x, program_mode = torch.randn(4), EmptyDispatchMode()
+    with recording(streams, eager=False) as recorder:
+        with cuda_graph(FakeGraph(), streams):
+            program_mode.__enter__()
+        program_mode.__exit__(None, None, None)
+        assert _get_current_dispatch_mode() is recorder       # stays, recording nothing
+        x.add(1)
+        with cuda_graph(FakeGraph(), streams):
+            x.mul(2)
+        assert _get_current_dispatch_mode() is not recorder
+    launches = [r for r in recorder.trace.records if r.kind == "launch"]
+    assert [(r.kernel, r.graph) for r in launches] == [("aten.mul.Tensor", 1)]
 
 
 # -- the GPU probe's CPU parts ------------------------------------------------------------------
