@@ -27,12 +27,14 @@ restored the current stream). The first form works where the package's
 ``capture_order_check.pth`` is in site-packages: a normal ``pip install``
 puts it there, and so does ``make`` for its ``.venv``; an editable install
 alone (``pip install -e .``, the conda environment) does not, so there use
-``python -m gpu_demo.autocheck``, which works everywhere the package imports. Whole-process checking records nothing
-outside captures and forgets each capture once checked, so the trace stays
-small in a long run. Its dispatch mode goes onto the capturing thread's stack
-when a capture begins and comes off when it ends: outside captures an op pays
-only for torch's GPU-trace callbacks (a few µs where it allocates, frees or
-records an event), inside one it pays for the recording. One capture at a time.
+``python -m gpu_demo.autocheck``, which works everywhere the package imports.
+
+Whole-process checking records nothing outside captures and forgets each
+capture once checked, so the trace stays small in a long run. Its dispatch
+mode goes onto the capturing thread's stack when a capture begins and comes
+off when it ends: outside captures an op pays only for torch's GPU-trace
+callbacks (a few µs where it allocates, frees or records an event), inside
+one it pays for the recording. One capture at a time.
 """
 
 from __future__ import annotations

@@ -470,7 +470,7 @@ class CaptureRecorder(TorchDispatchMode):
         self._event("wait", self._event_id(event), self._stream_key(stream))
 
     def on_allocated(self, ptr: int) -> None:
-        if self.eager or self.graph is not None:   # else no op of ours would claim or clear it
+        if self._recording():   # else no op of ours would claim or clear it
             self._pending.pointers.append(ptr)
 
     def on_freed(self, ptr: int) -> None:
@@ -551,7 +551,7 @@ class CaptureRecorder(TorchDispatchMode):
         if handle is None or handle.id not in self._mutated:
             return
         with self._quiet():
-            self._emit(HostRead, op=op, tensor=handle.id, label=self._label(t, handle), shape=tuple(t.shape),
+            self._emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(t.shape),
                        stream=self._stream(), graph=self.graph)
 
     # -- dispatch ----------------------------------------------------------------
@@ -656,7 +656,7 @@ class CaptureRecorder(TorchDispatchMode):
     def _mutated_now(self, op: str, tensor: torch.Tensor, old: Sequence[Any]) -> None:
         handle = self._handle(tensor)
         self._emit(
-            Mutation, op=op, tensor=handle.id, label=self._label(tensor, handle),
+            Mutation, op=op, tensor=handle.id, label=handle.label,
             old_ptr=old[0], old_numel=old[1], old_shape=tuple(old[2]),
             new_ptr=tensor.data_ptr(), new_numel=tensor.numel(), new_shape=tuple(tensor.shape),
             graph=self.graph, why=annotate.current_why(),
@@ -678,6 +678,7 @@ class CaptureRecorder(TorchDispatchMode):
         if self._held is not None:
             self._held[block] = storage
         if block:
+            # ``block_bytes``, inlined
             block_nbytes = -(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK if t.is_cuda else nbytes
             self._blocks[block] = (block_nbytes, label)
             if made_on is not None:
@@ -707,7 +708,7 @@ class CaptureRecorder(TorchDispatchMode):
                 pending.remove(ptr)
                 nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
                 handle = self._handle(t)
-                label = self._label(t, handle)
+                label = handle.label
                 self._blocks[ptr] = (nbytes, label)
                 stream = stream or self._stream()
                 self._add(Alloc, handle.id, label, ptr, nbytes, stream, self._pool())
@@ -784,10 +785,10 @@ class CaptureRecorder(TorchDispatchMode):
         handles = sorted(self._handles.values(), key=lambda h: h.id)
         return [t for t in (h.ref() for h in handles) if t is not None]
 
-    def _label(self, t: torch.Tensor, handle: _Handle | None = None) -> str:
+    def _label(self, t: torch.Tensor) -> str:
         """The name ``annotate.label`` gave ``t``, else its base's (a view), else ``t<id>``
         (kept on its handle: made with it, renamed by ``named``)."""
-        return (handle or self._handle(t)).label
+        return self._handle(t).label
 
     def _emit(self, kind: type[Record], **fields: Any) -> None:
         t_us = (time.perf_counter_ns() - self._t0) / 1000

@@ -17,10 +17,10 @@ fixpoint, order and branches ignored, so it over-approximates: never a write
 missed, sometimes one too many. A loaded value is data, not a pointer (an index
 loaded from ``idx_ptr`` and added to ``out_ptr`` does not make ``idx_ptr``
 written); a block pointer or descriptor points into its ``base`` only (not its
-shape or strides); a ``tl.constexpr`` parameter is never a pointer. A pointer handed to a function that is neither ``triton.language``'s
-nor one of the builtins Triton allows (a ``@triton.jit`` helper) may be
-written there: its parameter is ``rw``. A parameter none of this touches is
-``r``.
+shape or strides); a ``tl.constexpr`` parameter is never a pointer. A pointer
+handed to a function that is neither ``triton.language``'s nor one of the
+builtins Triton allows (a ``@triton.jit`` helper) may be written there: its
+parameter is ``rw``. A parameter none of this touches is ``r``.
 
 Source that does not parse, or whose parameters are not the kernel's, leaves
 every argument ``rw`` and says why (``KernelAccess.unknown``). ``access_of``
