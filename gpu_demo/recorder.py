@@ -39,7 +39,8 @@ began on is ``main``, other streams in a capture ``alt``, ``alt2``...
 a role, a reason for a mutation, and the logical stream on a CPU.
 
 ``record_capture(fn, inputs)`` runs the whole protocol (warm-up, capture,
-replays with input refresh): on a GPU for real, on a CPU as a *dry run* in
+replays with input refresh; the warm-up's first call, which only initialises,
+is not recorded): on a GPU for real, on a CPU as a *dry run* in
 which ``gpu_demo.streams.dry_capture`` makes the model take its capture path
 while nothing is actually captured. The dry run keeps every storage that
 warm-up and capture touch alive (see ``CaptureRecorder.holding_storages``), so
@@ -93,6 +94,11 @@ from .streams import dry_capture
 from .triton_access import KernelAccess
 
 aten = torch.ops.aten
+# The recorder's own metadata reads go to ``TensorBase`` directly: an armed ``HostReadWatch``
+# wraps ``torch.Tensor``'s readers, and the recorder's reads are not the program's.
+_numel = torch._C.TensorBase.numel
+_shape = torch._C.TensorBase.shape.__get__
+_now = time.perf_counter_ns
 
 _METADATA_MUTATIONS = {
     aten.set_, aten.resize_, aten.resize_as_, aten.as_strided_, aten.squeeze_,
@@ -277,6 +283,8 @@ class CaptureRecorder(TorchDispatchMode):
         self._events: dict[int, int] = {}   # raw cudaEvent_t -> event id in records
         self._event_deps: dict[int, tuple[int, ...]] = {}
         self._pending = _Pending()
+        self._stream_keys: dict[int, str] = {}   # raw stream -> its key (``_stream``), until a capture begins or ends
+        self._marked: set[int] = set()           # raw streams an ``annotate`` mark has named
         self._blocks: dict[int, tuple[int, str]] = {}     # block address -> (bytes, label)
         self._releasing: dict[int, tuple[int, str]] = {}  # blocks a mutation is letting go
         self._busy = 0   # >0 while the recorder's own code or an op's internals run
@@ -320,27 +328,29 @@ class CaptureRecorder(TorchDispatchMode):
 
     def _finished(self, records: list[Record], *, in_place: bool = False) -> list[Record]:
         """``records`` with late names and final stream names. ``in_place`` renames the
-        streams of the records themselves (the finished trace: nobody holds them yet)."""
+        records themselves (the finished trace: nobody holds them yet), else copies
+        the records it renames."""
         streams = self.streams.final()
         names = self._late_names
         if not names and not streams:
             return list(records)
-        return [self._renamed(r, streams, names, in_place) for r in records]
+        if in_place:
+            for record in records:
+                _rename_in_place(record, streams, names)
+            return records
+        return [self._renamed(r, streams, names) for r in records]
 
     @staticmethod
-    def _renamed(record: Record, streams: dict[str, str], names: dict[int, str], in_place: bool) -> Record:
+    def _renamed(record: Record, streams: dict[str, str], names: dict[int, str]) -> Record:
         changes: dict[str, Any] = {}
         if names:
             if isinstance(record, (Launch, SkippedLaunch)) and any(a.tensor in names for a in record.args):
                 changes["args"] = tuple(replace(a, label=names[a.tensor]) if a.tensor in names else a
                                         for a in record.args)
-            elif isinstance(record, (Mutation, View, HostRead, Alloc)) and record.tensor in names:
+            elif isinstance(record, _NAMED_BY_TENSOR) and record.tensor in names:
                 changes["label"] = names[record.tensor]
         stream = getattr(record, "stream", None)
         if stream in streams:
-            if in_place and not changes:
-                record.stream = streams[stream]
-                return record
             changes["stream"] = streams[stream]
         return replace(record, **changes) if changes else record
 
@@ -407,14 +417,13 @@ class CaptureRecorder(TorchDispatchMode):
         self._open = _OpenCapture(graph, inputs, by_hand, cuda_graph)
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
-        self.graph, self._frontier, self._mutated = graph, {}, set()
+        self.graph, self._frontier, self._mutated, self._stream_keys = graph, {}, set(), {}
         self._enter_dispatch()
         return graph
 
     def _end(self, error: BaseException | None) -> None:
         opened, self._open = self._open, None
-        self.graph = None
-        self._mutated = set()
+        self.graph, self._mutated, self._stream_keys = None, set(), {}
         self._host_reads.disarm()
         self._leave_dispatch()
         message = None if error is None else one_line(first_error(error))
@@ -528,7 +537,7 @@ class CaptureRecorder(TorchDispatchMode):
         with self._quiet():
             ptr, nbytes = storage.data_ptr(), storage.nbytes()
             on_it = [t for t in self._live_tensors() if ptr and t.untyped_storage().data_ptr() == ptr]
-            before = [(t, t.data_ptr(), t.numel(), tuple(t.shape)) for t in on_it]
+            before = [(t, t.data_ptr(), _numel(t), tuple(_shape(t))) for t in on_it]
             label = self._label(on_it[0]) if on_it else f"storage@{ptr:#x}"
             start = len(self.trace.records)
             self._releasing[ptr] = (block_bytes(nbytes, storage.device.type), label)
@@ -551,7 +560,7 @@ class CaptureRecorder(TorchDispatchMode):
         if handle is None or handle.id not in self._mutated:
             return
         with self._quiet():
-            self._emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(t.shape),
+            self._emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(_shape(t)),
                        stream=self._stream(), graph=self.graph)
 
     # -- dispatch ----------------------------------------------------------------
@@ -561,9 +570,8 @@ class CaptureRecorder(TorchDispatchMode):
 
         Torch-function modes are off inside: plain PyTorch runs an op's aten
         call below them, so neither the aten op the recorder calls nor its own
-        reads of the arguments may reach them (an armed ``HostReadWatch`` would
-        take them for the program's, and each trip through a mode costs about
-        ten times the read).
+        reads of the arguments may reach them (each trip through a mode costs
+        about ten times the read).
         """
         kwargs = kwargs or {}
         if not (self.eager or self.graph is not None):
@@ -574,14 +582,14 @@ class CaptureRecorder(TorchDispatchMode):
         self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
         try:
             with DisableTorchFunction():
+                if plan.action is LAUNCH:   # most ops: straight there
+                    return self._op(func, plan, args, kwargs)
                 return self._dispatch(func, plan, args, kwargs)
         finally:
             self._busy -= 1
 
     def _dispatch(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         action = plan.action
-        if action is LAUNCH:
-            return self._op(func, plan, args, kwargs)
         if action is MUTATE:
             return self._mutation(func, args, kwargs)
         if action is VIEW:
@@ -597,14 +605,17 @@ class CaptureRecorder(TorchDispatchMode):
     def _op(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         """An op that launches a kernel: its arguments frozen before it runs, its results after."""
         given = _tensors_of(plan, args, kwargs)
-        inputs = [self._arg(name, t, access) for name, t, access in given]
+        arg = self._arg
+        frozen = [arg(name, t, access) for name, t, access in given]
         out = func(*args, **kwargs)
         stream = self._stream()
-        outputs = [self._arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", made_on=stream)
-                   for i, t in enumerate(_made_by(out, given))]
+        made = _made_by(out, given)
+        if made:
+            output = self._output
+            frozen += [output(_OUT[i] if i < len(_OUT) else f"out{i}", t, stream) for i, t in enumerate(made)]
         if self._pending.pointers:
             self._unclaimed()
-        self._launch(plan.kernel, plan.opname, (*inputs, *outputs), stream=stream, pdl=plan.pdl)
+        self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl)
         return out
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
@@ -618,7 +629,8 @@ class CaptureRecorder(TorchDispatchMode):
         launch = next(self._launch_ids)
         deps = self._frontier.get(stream, ())
         self._frontier[stream] = (launch,)
-        self._add(Launch, launch, kernel, label, role, stream, args, self.graph, deps, pdl)
+        self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
+                                         role, stream, args, self.graph, deps, pdl))   # ``_add``, inlined
 
     def _views(self, func, args, kwargs):  # noqa: ANN001
         out = func(*args, **kwargs)
@@ -626,13 +638,13 @@ class CaptureRecorder(TorchDispatchMode):
         for view in _tensors_in(out):
             handle = self._handle(view)
             handle.label = annotate.label_of(view) or base.label
-            self._add(View, handle.id, handle.label, base.id, view.data_ptr(), view.numel(),
-                      tuple(view.shape), self.graph)
+            self._add(View, handle.id, handle.label, base.id, view.data_ptr(), _numel(view),
+                      tuple(_shape(view)), self.graph)
         return out
 
     def _mutation(self, func, args, kwargs):  # noqa: ANN001
         tensor = args[0]
-        old = (tensor.data_ptr(), tensor.numel(), tuple(tensor.shape))
+        old = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
         storage = tensor.untyped_storage()
         ptr, nbytes, ref = storage.data_ptr(), storage.nbytes(), StorageWeakRef(storage)
         block = (block_bytes(nbytes, storage.device.type), self._label(tensor))
@@ -658,38 +670,41 @@ class CaptureRecorder(TorchDispatchMode):
         self._emit(
             Mutation, op=op, tensor=handle.id, label=handle.label,
             old_ptr=old[0], old_numel=old[1], old_shape=tuple(old[2]),
-            new_ptr=tensor.data_ptr(), new_numel=tensor.numel(), new_shape=tuple(tensor.shape),
+            new_ptr=tensor.data_ptr(), new_numel=_numel(tensor), new_shape=tuple(_shape(tensor)),
             graph=self.graph, why=annotate.current_why(),
         )
         if self.graph is not None:
             self._mutated.add(handle.id)
             self._host_reads.arm(self._host_read)  # from now on a read of its shape may decide what is captured
 
-    def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
-        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``.
-        ``made_on``: ``t`` is an output of an op issued to that stream (which wrote its
-        block last), and an ``Alloc`` if the runtime handed the block out for it."""
+    def _arg(self, name: str, t: torch.Tensor, access: str) -> Arg:
+        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``."""
         handle = self._handles.get(id(t))               # ``_handle``, inlined
         if handle is None or handle.ref() is not t:
             handle = self._new_handle(t)
-        label = handle.label
         storage = t.untyped_storage()
         block, nbytes = storage.data_ptr(), storage.nbytes()
         if self._held is not None:
             self._held[block] = storage
-        if block:
-            # ``block_bytes``, inlined
-            block_nbytes = -(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK if t.is_cuda else nbytes
-            self._blocks[block] = (block_nbytes, label)
-            if made_on is not None:
-                self._made_on[block] = made_on
-                pending = self._pending.pointers
-                if pending and block in pending:
-                    pending.remove(block)
-                    self._add(Alloc, handle.id, label, block, block_nbytes, made_on, self._pool())
-        numel, size = t.numel(), t.element_size()
-        return Arg(name, handle.id, label, t.data_ptr(), numel, tuple(t.shape), numel * size, access,
+        if block:   # ``block_bytes``, inlined
+            self._blocks[block] = (-(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK
+                                   if t.is_cuda else nbytes, handle.label)
+        numel, size = _numel(t), t.element_size()
+        return Arg(name, handle.id, handle.label, t.data_ptr(), numel, tuple(_shape(t)), numel * size, access,
                    max(0, nbytes - t.storage_offset() * size))
+
+    def _output(self, name: str, t: torch.Tensor, stream: str) -> Arg:
+        """``_arg`` for a new result of an op issued to ``stream`` (which wrote its block
+        last), with an ``Alloc`` if the runtime handed the block out for it."""
+        frozen = self._arg(name, t, "w")
+        block = t.untyped_storage().data_ptr()
+        if block:
+            self._made_on[block] = stream
+            pending = self._pending.pointers
+            if pending and block in pending:
+                pending.remove(block)
+                self._add(Alloc, frozen.tensor, frozen.label, block, self._blocks[block][0], stream, self._pool())
+        return frozen
 
     # -- memory ------------------------------------------------------------------
 
@@ -751,7 +766,12 @@ class CaptureRecorder(TorchDispatchMode):
         raw = self.device.current_stream()
         if raw is None:
             return annotate.current_stream()
-        return self.streams.saw(raw, capturing=self.graph is not None, mark=annotate.marked_stream())
+        key, mark = self._stream_keys.get(raw), annotate.marked_stream()
+        if key is None or (mark is not None and raw not in self._marked):
+            key = self._stream_keys[raw] = self.streams.saw(raw, capturing=self.graph is not None, mark=mark)
+            if mark is not None:
+                self._marked.add(raw)
+        return key
 
     def _stream_key(self, raw: int) -> str:
         return self.streams.saw(raw, capturing=self.graph is not None)
@@ -856,6 +876,24 @@ def _writes_only_empty(args: tuple[Arg, ...]) -> bool:
     return writes
 
 
+_NAMED_BY_TENSOR = (Mutation, View, HostRead, Alloc)   # records labelled with one tensor's name
+
+
+def _rename_in_place(record: Record, streams: dict[str, str], names: dict[int, str]) -> None:
+    """``CaptureRecorder._renamed`` for a record nobody else holds: no copies."""
+    kind = type(record)
+    if names:
+        if kind is Launch or kind is SkippedLaunch:
+            for a in record.args:
+                if a.tensor in names:
+                    a.label = names[a.tensor]
+        elif kind in _NAMED_BY_TENSOR and record.tensor in names:
+            record.label = names[record.tensor]
+    stream = getattr(record, "stream", None)
+    if stream in streams:
+        record.stream = streams[stream]
+
+
 def record_capture(
     fn: Callable[..., Any],
     inputs: Sequence[torch.Tensor],
@@ -864,7 +902,15 @@ def record_capture(
     refresh: str = "fresh",
     meta: dict[str, Any] | None = None,
 ) -> Trace:
-    """Record warm-up, capture and ``replays`` replays of ``fn(*inputs)``.
+    """Record the last warm-up call, the capture and ``replays`` replays of ``fn(*inputs)``.
+
+    On a GPU the warm-up is ``graphs.warm_up``'s two eager calls, and only the
+    second is recorded: the first initialises lazily (cuBLAS handles, Triton
+    compiles and autotuning, the allocator's pool), none of which a replay
+    sees, and what it leaves behind that the graph reads, the second call
+    either writes again (and is recorded writing it) or leaves alone, as every
+    later eager call does. Recording it would make the trace a third longer
+    and show nothing about the capture.
 
     ``inputs`` are the captured input buffers. Before each replay they are
     refreshed per ``refresh`` (``fresh`` random values, ``stale``: untouched,
@@ -878,10 +924,15 @@ def record_capture(
     warm_values = [t.clone() for t in inputs]
     recorder = CaptureRecorder({"recorder": "gpu_demo.recorder", "mode": "cuda" if on_gpu else "dry_run",
                                 "torch": torch.__version__, **(meta or {})})
+    try:
+        if on_gpu:
+            graphs.warm_up(lambda: fn(*inputs), iterations=1)   # lazy initialisation: not recorded
+    except Exception as exc:  # a function that fails eagerly is a result too
+        return _failed(recorder.trace, exc)
     with recorder:
         try:
             if on_gpu:
-                graphs.warm_up(lambda: fn(*inputs))
+                graphs.warm_up(lambda: fn(*inputs), iterations=1)
                 graph = torch.cuda.CUDAGraph()
                 with recorder.capturing(inputs) as graph_id, torch.cuda.graph(graph):
                     fn(*inputs)
@@ -891,8 +942,7 @@ def record_capture(
                     with recorder.capturing(inputs) as graph_id, dry_capture():
                         fn(*inputs)
         except Exception as exc:  # a capture that fails is a result, not a crash
-            recorder.trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
-            return recorder.trace
+            return _failed(recorder.trace, exc)
         for index in range(replays):
             _refresh(inputs, warm_values, refresh)
             if not on_gpu:
@@ -905,6 +955,11 @@ def record_capture(
                 recorder.fault(exc)
                 break
     return recorder.trace
+
+
+def _failed(trace: Trace, exc: BaseException) -> Trace:
+    trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
+    return trace
 
 
 def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str) -> None:

@@ -357,7 +357,8 @@ def _emptied(g: _Graph, index: _Index) -> dict[TensorId, _Emptied]:
             continue
         for k, arg in enumerate(r.args):
             if arg.numel and arg.ptr:
-                full.setdefault(arg.tensor, _Emptied(arg.ptr, arg.numel, r.step, arg.label))
+                if arg.tensor not in full:
+                    full[arg.tensor] = _Emptied(arg.ptr, arg.numel, r.step, arg.label)
                 continue
             owner = next((t for t in _emptied_lineage(arg.tensor, index)
                           if t in full and full[t].step < r.step), None)
@@ -444,7 +445,11 @@ def _races(g: _Graph) -> Iterator[Finding]:
     for i, node in enumerate(nodes):
         for k, arg in enumerate(node.args):
             if arg.nbytes and arg.ptr:
-                by_range.setdefault((arg.ptr, arg.ptr + arg.nbytes), _Accesses()).add(i, k, arg.writes)
+                key = (arg.ptr, arg.ptr + arg.nbytes)
+                accesses = by_range.get(key)
+                if accesses is None:
+                    accesses = by_range[key] = _Accesses()
+                accesses.add(i, k, "w" in arg.access)
     free_steps = [f.step for f in g.frees]
     racing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     after_free: dict[int, dict[tuple[int, int], tuple[int, int, int, int]]] = {}

@@ -7,6 +7,7 @@ launches the way ordinary PyTorch code does.
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -248,37 +249,48 @@ def test_a_routed_first_dispose_behind_a_shape_guard_is_recorded_as_the_host_saw
 
 
 
-def test_the_host_read_mode_is_on_the_torch_function_stack_only_after_a_mutation_in_capture(streams,
-                                                                                            fake_graph_methods):
+def test_the_host_read_watch_wraps_the_tensor_readers_only_after_a_mutation_in_capture(streams,
+                                                                                       fake_graph_methods):
     from torch.overrides import TorchFunctionMode
 
     class Program(TorchFunctionMode):   # the program's own mode, entered during the capture
         def __torch_function__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
-    def depth() -> int:
-        return torch._C._len_torch_function_stack()
+    original_len = torch.Tensor.__len__
+
+    def wrapped() -> list[str]:
+        own = [name for name in ("shape", "ndim", "size", "numel", "dim") if name in torch.Tensor.__dict__]
+        return own + (["__len__"] if torch.Tensor.__len__ is not original_len else [])
 
     x, program = torch.randn(4, 8) * 1, Program()
     with recording(streams) as recorder:
         x.set_(torch.empty(0))                      # eager: nothing to watch
-        before = depth()
-        try:
-            with cuda_graph(FakeGraph(), streams):
-                x.shape
-                quiet = depth()
-                y = torch.randn(3) * 1
-                y.set_(torch.empty(0))
-                armed = depth()
-                program.__enter__()
-                y.shape
-            after = torch._C._get_function_stack_at(0) if depth() == 1 else None
-        finally:
-            program.__exit__(None, None, None)
-    assert (before, quiet, armed, after) == (0, 0, 1, program)   # the program's mode outlives the watch
-    assert depth() == 0
-    assert [r.op for r in recorder.trace.of(HostRead)] == ["shape"]
+        before = wrapped()
+        with cuda_graph(FakeGraph(), streams):
+            x.shape
+            quiet = wrapped()
+            y = torch.randn(3) * 1
+            y.set_(torch.empty(0))
+            armed = wrapped()
+            with program:
+                y.shape                             # through the program's mode as well
+                len(y)                              # reads dim() and shape inside: one read
+        after = wrapped()
+    assert (before, quiet, after) == ([], [], [])
+    assert armed == ["shape", "ndim", "size", "numel", "dim", "__len__"]
+    assert [r.op for r in recorder.trace.of(HostRead)] == ["shape", "len"]
 
+
+def test_a_read_on_another_thread_is_not_the_capturing_programs(streams, fake_graph_methods):
+    x = torch.randn(4) * 1
+    with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
+        x.set_(torch.empty(0))
+        other = threading.Thread(target=lambda: x.shape)
+        other.start()
+        other.join()
+        x.numel()
+    assert [r.op for r in recorder.trace.of(HostRead)] == ["numel"]
 
 
 # -- what each op reads and writes (from its schema) -------------------------------------------
