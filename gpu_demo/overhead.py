@@ -7,14 +7,18 @@ and the ratio is the median over repeats of each recorded pass's time over the
 plain pass's just before it (the H200 host runs everything 1.6 times slower for
 seconds at a time: medians taken apart would pair a slow spell with a fast one):
 
-``plain``     ``graphs.warm_up`` (two eager forwards on a side stream) and a
-              ``torch.cuda.graph`` capture, then a device sync; on a GPU also
-              timed before anything recorded (``plain_untraced_s``: see
-              ``compare``)
+``untraced``  ``graphs.warm_up`` (two eager forwards on a side stream) and a
+              ``torch.cuda.graph`` capture, then a device sync, timed in a child
+              process that never records (``gpu_demo.untraced``): the capture as
+              a program that does not record runs it. ``ratio`` is against this
+``plain``     the same, timed in this process, where torch's GPU-trace callbacks
+              stay on once the first recording has started them
+              (``ratio_same_process`` is against this)
 ``floor``     the same under a ``TorchDispatchMode`` that only calls each op: the
               least any Python dispatch mode, and so this recorder, can cost
-``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up and
-              capture under the recorder, then a device sync (``record_s``), and
+``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up (its
+              first call unrecorded, as ``record_capture`` does) and capture
+              under the recorder, then a device sync (``record_s``), and
               ``check(trace)`` (``check_s``)
 
 A first untimed pass of each compiles kernels and fills the allocator's caches.
@@ -24,9 +28,9 @@ itself are timed (``gc_s``: CPython collects the whole heap, torch's included,
 once enough of the trace's objects have piled up, 0.1 to 0.2 s a time).
 Per op (``ops``: the ops one pass dispatches): ``floor_us_per_op`` and
 ``record_us_per_op`` are the medians' excess over ``plain``, and
-``trace_callbacks_us_per_op`` that of ``plain`` over ``plain_untraced``: what
-torch's GPU-trace callbacks (``gpu_demo.hooks``) cost each op once on, with
-nobody listening. ``gc_s`` is the time the recording spent in Python's garbage
+``trace_callbacks_us_per_op`` that of ``plain`` over ``untraced``: what torch's
+GPU-trace callbacks (``gpu_demo.hooks``) cost each op once on, with nobody
+listening. ``gc_s`` is the time the recording spent in Python's garbage
 collector. Two stacks: the project's ``MoEStack`` with
 ``MoEConfig(layers=61, order="shared_first")``, and a plain-PyTorch stack of 61
 ``safe_dual_stream`` corpus layers (no project annotations: what the recorder
@@ -34,7 +38,8 @@ sees in user code).
 
 ``run_dry_overhead`` measures the same on a machine without CUDA, where
 ``record_capture`` is a dry run (an eager forward and a ``dry_capture``
-forward): the recorder's cost per op on this CPU, reproducibly, without a GPU.
+forward) and no callbacks exist, so the ratio is against ``plain``: the
+recorder's cost per op on this CPU, reproducibly, without a GPU.
 Its MoE stack is shrunk (``DRY_RUN_SIZES``): the same ops and records, with
 CPU matmuls small enough not to drown the per-op cost being measured; it runs
 one intra-op thread and times with this process's CPU time
@@ -60,8 +65,10 @@ from . import graphs
 from .recorder import record_capture
 from .settings import RunSettings
 from .streams import dry_capture
+from .untraced import UntracedPasses
 
 TARGET_RATIO = 3.0
+WARM_PASSES = 3   # untimed plain passes before the untraced ones: the GPU up to speed
 DRY_RUN_SIZES = {"hidden": 64, "intermediate": 128}
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 Recorded = tuple[float, float, dict[str, Any]]
@@ -82,17 +89,20 @@ class EmptyDispatchMode(TorchDispatchMode):
 
 def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeats: int,
             floor: Callable[[], float] | None = None, ops: int | None = None,
-            untraced: list[float] | None = None, settle: Callable[[], Any] = gc.collect) -> dict[str, Any]:
-    """Time ``plain``, ``floor`` and ``recorded`` ``repeats`` times each, interleaved, after one
-    untimed pass, each after ``settle()``. ``ratio``: the median of (record + check) / plain
-    per repeat; with ``ops``, the cost per op.
+            untraced: Callable[[], float] | None = None, settle: Callable[[], Any] = gc.collect) -> dict[str, Any]:
+    """Time ``untraced``, ``plain``, ``floor`` and ``recorded`` ``repeats`` times each,
+    interleaved, after one untimed pass, each after ``settle()``. ``ratio``: the median of
+    (record + check) / untraced per repeat (without ``untraced``: / plain); with ``ops``,
+    the cost per op.
 
-    ``untraced``: plain samples timed before this process ever recorded (once a recorder has
-    run, torch's GPU-trace callbacks stay on for good, and the interleaved plain runs pay for
-    them); ``ratio_vs_untraced`` is the medians' ratio against these."""
-    runs = [plain, recorded, *([floor] if floor else [])]
+    ``untraced`` times a plain pass in a process that never recorded
+    (``gpu_demo.untraced``): once a recorder has run, torch's GPU-trace callbacks stay on
+    in this one for good, and its plain passes pay for them (``ratio_same_process`` is
+    against those)."""
+    runs = [plain, recorded, *([floor] if floor else []), *([untraced] if untraced else [])]
     for run in runs:
         run()
+    untraced_s: list[float] = []
     plain_s: list[float] = []
     floor_s: list[float] = []
     record_s: list[float] = []
@@ -100,6 +110,8 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
     sizes: dict[str, Any] = {}
     gc_s: list[float] = []
     for _ in range(repeats):
+        if untraced:
+            untraced_s.append(untraced())   # settles in its own process
         settle()
         plain_s.append(plain())
         if floor:
@@ -111,13 +123,13 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
         check_s.append(chk)
         gc_s.append(sizes.pop("gc_s", 0.0))
     total = [r + c for r, c in zip(record_s, check_s)]
-    ratio = statistics.median(t / p for t, p in zip(total, plain_s))
+    same_process = statistics.median(t / p for t, p in zip(total, plain_s))
+    ratio = statistics.median(t / u for t, u in zip(total, untraced_s)) if untraced else same_process
     result = {
-        "plain_s": _stats(plain_s), **({"plain_untraced_s": _stats(untraced)} if untraced else {}),
+        "plain_s": _stats(plain_s), **({"plain_untraced_s": _stats(untraced_s)} if untraced else {}),
         "record_s": _stats(record_s), "check_s": _stats(check_s),
         "record_and_check_s": _stats(total), "ratio": round(ratio, 3),
-        **({"ratio_vs_untraced": round(statistics.median(total) / statistics.median(untraced), 3)}
-           if untraced else {}),
+        **({"ratio_same_process": round(same_process, 3)} if untraced else {}),
         "target_ratio": TARGET_RATIO,
         "within_target": ratio < TARGET_RATIO, **sizes,
     }
@@ -131,7 +143,7 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
         if floor:
             result["floor_us_per_op"] = _per_op(floor_s, plain_s, ops)
         if untraced:
-            result["trace_callbacks_us_per_op"] = _per_op(plain_s, untraced, ops)
+            result["trace_callbacks_us_per_op"] = _per_op(plain_s, untraced_s, ops)
     return result
 
 
@@ -162,7 +174,8 @@ def _gc_time() -> Iterator[list[float]]:
         gc.callbacks.remove(callback)
 
 
-def _gpu_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
+def gpu_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
+    """One plain pass: warm-up and capture, as ``record_capture`` runs them."""
     graphs.warm_up(lambda: fn(*inputs))
     graph, _ = graphs.capture(lambda: fn(*inputs))
     torch.cuda.synchronize()
@@ -214,26 +227,12 @@ def _ops_in(one_pass: Callable[[], None]) -> int:
 
 def _measure(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
              one_pass: Callable[[Callable[..., Any], list[torch.Tensor]], None], clock: Clock,
-             untraced: list[float] | None = None) -> dict[str, Any]:
+             untraced: Callable[[], float] | None = None) -> dict[str, Any]:
     def run() -> None:
         one_pass(fn, inputs)
 
     return compare(_timed(run, clock), _timed_recorded(fn, inputs, clock), repeats,
                    floor=_timed(run, clock, EmptyDispatchMode), ops=_ops_in(run), untraced=untraced)
-
-
-def _untraced(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
-              warm_passes: int = 3) -> list[float]:
-    """Plain GPU passes timed before anything in this process recorded, each after
-    ``gc.collect()``, once ``warm_passes`` untimed ones have brought the GPU up to speed."""
-    run = _timed(lambda: _gpu_pass(fn, inputs), time.perf_counter)
-    for _ in range(warm_passes):
-        run()
-    samples = []
-    for _ in range(repeats):
-        gc.collect()
-        samples.append(run())
-    return samples
 
 
 def moe_stack(layers: int, settings: RunSettings, **sizes: int) -> Stack:
@@ -252,15 +251,19 @@ def plain_stack(layers: int, settings: RunSettings) -> Stack:
     return nn.Sequential(*(layer for layer, _ in made)), [made[0][1][0]]
 
 
+STACKS: dict[str, Callable[..., Stack]] = {"moe_stack": moe_stack, "plain_pytorch_stack": plain_stack}
+
+
 def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | None = None) -> dict[str, Any]:
     """Both stacks, on this machine's GPU."""
     settings = settings or RunSettings()
     results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict()}
-    stacks = {"moe_stack": moe_stack(layers, settings), "plain_pytorch_stack": plain_stack(layers, settings)}
     with torch.no_grad():
-        untraced = {name: _untraced(fn, inputs, repeats) for name, (fn, inputs) in stacks.items()}
-        for name, (fn, inputs) in stacks.items():
-            results[name] = _measure(fn, inputs, repeats, _gpu_pass, time.perf_counter, untraced[name])
+        for name, make in STACKS.items():
+            fn, inputs = make(layers, settings)
+            with UntracedPasses(name, layers, settings) as untraced:
+                results[name] = _measure(fn, inputs, repeats, gpu_pass, time.perf_counter, untraced)
+            del fn, inputs
     return results
 
 
@@ -277,8 +280,8 @@ def run_dry_overhead(layers: int = 61, repeats: int = 5) -> dict[str, Any]:
     torch.set_num_threads(1)  # OpenMP threads spin against any other busy process: 40x slower matmuls
     try:
         with torch.no_grad():
-            for name, (fn, inputs) in (("moe_stack", moe_stack(layers, settings, **DRY_RUN_SIZES)),
-                                       ("plain_pytorch_stack", plain_stack(layers, settings))):
+            for name, make in STACKS.items():
+                fn, inputs = make(layers, settings, **(DRY_RUN_SIZES if make is moe_stack else {}))
                 results[name] = _measure(fn, inputs, repeats, _dry_pass, time.process_time)
     finally:
         torch.set_num_threads(threads)

@@ -231,18 +231,27 @@ def _recorded_at(record: float, check: float):
     return recorded
 
 
-def test_the_ratio_pairs_each_recorded_pass_with_the_plain_pass_beside_it():
-    plain = iter([1.0, 1.0, 1.0, 1.6])                  # a slow spell in the last repeat hits both
-    recorded = iter([(2.0, 0.5), (2.0, 0.5), (2.0, 0.5), (3.2, 0.8)])
+def test_the_ratio_pairs_each_recorded_pass_with_the_untraced_plain_pass_beside_it():
+    untraced = iter([1.0, 0.8, 0.8, 1.28])              # a slow spell in the last repeat hits all
+    plain = iter([1.0, 1.0, 1.0, 1.6])
+    recorded = iter([(2.0, 0.5), (1.5, 0.5), (1.5, 0.5), (2.4, 0.8)])
 
     def record():
         r, c = next(recorded)
         return r, c, {"records": 10, "findings": 0}
 
-    result = compare(lambda: next(plain), record, repeats=3, untraced=[1.0, 1.0, 1.1], settle=lambda: None)
+    result = compare(lambda: next(plain), record, repeats=3, untraced=lambda: next(untraced),
+                     settle=lambda: None)
     assert result["ratio"] == 2.5 and result["within_target"]      # 2.5, 2.5, 2.5 paired
-    assert result["record_and_check_s"]["median"] == 2.5 and result["plain_s"]["median"] == 1.0
-    assert result["ratio_vs_untraced"] == 2.5
+    assert result["ratio_same_process"] == 2.0                     # 2.0, 2.0, 2.0 paired
+    assert result["plain_untraced_s"]["median"] == 0.8 and result["plain_s"]["median"] == 1.0
+    assert result["record_and_check_s"]["median"] == 2.0
+
+
+def test_without_an_untraced_baseline_the_ratio_is_against_the_plain_passes():
+    result = compare(lambda: 1.0, _recorded_at(3.0, 0.5), repeats=3, settle=lambda: None)
+    assert result["ratio"] == 3.5 and not result["within_target"]
+    assert "ratio_same_process" not in result and "plain_untraced_s" not in result
 
 
 def test_every_timed_pass_starts_from_a_settled_heap():
@@ -274,4 +283,25 @@ def test_the_overhead_table_shows_the_plain_passes_its_ratio_pairs_with(monkeypa
     monkeypatch.setattr(overhead, "run_overhead", lambda layers, repeats: {"layers": layers, "moe_stack": stack})
     assert main(["recorder-overhead", "--out", str(tmp_path / "o.json")]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("moe_stack")]
-    assert "0.700" in row and "0.500" not in row and "3.00" in row
+    assert "0.500" in row and "0.700" not in row and "3.00" in row   # the untraced plain passes
+
+
+def test_an_untraced_process_that_cannot_build_its_stack_says_why():
+    from gpu_demo.settings import RunSettings
+    from gpu_demo.untraced import UntracedPasses
+
+    with pytest.raises(RuntimeError, match="untraced plain passes' process ended") as caught:
+        UntracedPasses("no_such_stack", 1, RunSettings(dtype="float32", device="cpu"))
+    assert "KeyError: 'no_such_stack'" in str(caught.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_untraced_plain_passes_are_timed_in_a_process_that_never_records():
+    from gpu_demo.settings import RunSettings
+    from gpu_demo.untraced import UntracedPasses
+
+    with UntracedPasses("plain_pytorch_stack", 2, RunSettings()) as untraced:
+        times = [untraced() for _ in range(3)]
+        child = untraced._child
+    assert all(0 < t < 10 for t in times) and child.poll() == 0
