@@ -282,6 +282,23 @@ def test_the_host_read_watch_wraps_the_tensor_readers_only_after_a_mutation_in_c
     assert [r.op for r in recorder.trace.of(HostRead)] == ["shape", "len"]
 
 
+def test_watches_ending_in_any_order_leave_torch_tensor_as_it_was():
+    from gpu_demo.host_reads import HostReadWatch
+
+    before = dict(torch.Tensor.__dict__)
+    seen: dict[str, list[str]] = {"outer": [], "inner": []}
+    outer, inner, x = HostReadWatch(), HostReadWatch(), torch.zeros(2, 3)
+    outer.arm(lambda op, t: seen["outer"].append(op))
+    inner.arm(lambda op, t: seen["inner"].append(op))
+    x.size()
+    outer.disarm()                               # not the last armed: the readers stay wrapped
+    x.numel()
+    inner.disarm()
+    x.dim()
+    assert seen == {"outer": ["size"], "inner": ["size", "numel"]}
+    assert dict(torch.Tensor.__dict__) == before
+
+
 def test_a_read_on_another_thread_is_not_the_capturing_programs(streams, fake_graph_methods):
     x = torch.randn(4) * 1
     with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
