@@ -9,8 +9,9 @@ seconds at a time: medians taken apart would pair a slow spell with a fast one):
 
 ``untraced``  ``graphs.warm_up`` (two eager forwards on a side stream) and a
               ``torch.cuda.graph`` capture, then a device sync, timed in a child
-              process that never records (``gpu_demo.untraced``): the capture as
-              a program that does not record runs it. ``ratio`` is against this
+              process that never records (``gpu_demo.untraced``), on the same CPU
+              core as this process: the capture as a program that does not record
+              runs it. ``ratio`` is against this
 ``plain``     the same, timed in this process, where torch's GPU-trace callbacks
               stay on once the first recording has started them
               (``ratio_same_process`` is against this)
@@ -50,6 +51,7 @@ neither stall its matmuls nor count against it.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from contextlib import contextmanager
@@ -257,14 +259,27 @@ STACKS: dict[str, Callable[..., Stack]] = {"moe_stack": moe_stack, "plain_pytorc
 def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | None = None) -> dict[str, Any]:
     """Both stacks, on this machine's GPU."""
     settings = settings or RunSettings()
-    results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict()}
-    with torch.no_grad():
+    core = min(os.sched_getaffinity(0))
+    results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict(), "core": core}
+    with torch.no_grad(), _on_core(core):
         for name, make in STACKS.items():
             fn, inputs = make(layers, settings)
-            with UntracedPasses(name, layers, settings) as untraced:
+            with UntracedPasses(name, layers, settings, core=core) as untraced:
                 results[name] = _measure(fn, inputs, repeats, gpu_pass, time.perf_counter, untraced)
             del fn, inputs
     return results
+
+
+@contextmanager
+def _on_core(core: int) -> Iterator[None]:
+    """This thread on one CPU core inside; the untraced child runs on the same one, so both
+    passes of a pair run on one core, whatever speed the host gives it then."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def run_dry_overhead(layers: int = 61, repeats: int = 5) -> dict[str, Any]:

@@ -30,14 +30,18 @@ TIME = "time"
 
 
 class UntracedPasses:
-    """``passes()`` times one plain pass of ``stack`` (``gpu_demo.overhead.STACKS``) in the child."""
+    """``passes()`` times one plain pass of ``stack`` (``gpu_demo.overhead.STACKS``) in the
+    child, which runs on CPU core ``core`` when given (the caller's, so both sides of a pair
+    run on one core)."""
 
-    def __init__(self, stack: str, layers: int, settings: RunSettings, timeout: float = 600.0) -> None:
+    def __init__(self, stack: str, layers: int, settings: RunSettings, core: int | None = None,
+                 timeout: float = 600.0) -> None:
         self._stderr = tempfile.TemporaryFile(mode="w+")
         root = str(Path(__file__).resolve().parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "gpu_demo.untraced", stack, str(layers), json.dumps(settings.to_dict())],
+            [sys.executable, "-m", "gpu_demo.untraced", stack, str(layers), json.dumps(settings.to_dict()),
+             *([str(core)] if core is not None else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
         self._timeout = timeout
         self._answer(READY)
@@ -80,13 +84,15 @@ class UntracedPasses:
 
 
 def main(argv: list[str]) -> None:
-    """The child: ``python -m gpu_demo.untraced STACK LAYERS SETTINGS_JSON``; answers each
-    ``time`` line on stdin with the seconds one plain pass took."""
+    """The child: ``python -m gpu_demo.untraced STACK LAYERS SETTINGS_JSON [CORE]``; answers
+    each ``time`` line on stdin with the seconds one plain pass took (on CPU core CORE)."""
     import torch
 
     from .overhead import STACKS, WARM_PASSES, gpu_pass
 
     stack, layers, settings = argv[0], int(argv[1]), RunSettings(**json.loads(argv[2]))
+    if len(argv) > 3:
+        os.sched_setaffinity(0, {int(argv[3])})
     fn, inputs = STACKS[stack](layers, settings)
     with torch.no_grad():
         for _ in range(WARM_PASSES):

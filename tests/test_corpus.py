@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,13 @@ def test_untraced_plain_passes_are_timed_in_a_process_that_never_records():
         times = [untraced() for _ in range(3)]
         child = untraced._child
     assert all(0 < t < 10 for t in times) and child.poll() == 0
+
+
+def test_the_overhead_runs_on_one_core_and_gives_the_others_back():
+    from gpu_demo.overhead import _on_core
+
+    allowed = os.sched_getaffinity(0)
+    core = min(allowed)
+    with _on_core(core):
+        inside = os.sched_getaffinity(0)
+    assert inside == {core} and os.sched_getaffinity(0) == allowed
