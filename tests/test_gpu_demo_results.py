@@ -196,6 +196,6 @@ def test_the_readme_quotes_the_committed_recorder_overhead():
     assert f"took {moe['ratio']:.2f} times as long as the same warm-up and capture in a process that never" \
            f" records, and {plain['ratio']:.2f} times for 61 plain-PyTorch" in readme
     assert f"the ratios are {moe['ratio_same_process']:.1f} and {plain['ratio_same_process']:.1f}" in readme
-    assert "holds for the MoE stack, narrowly, and not for plain layers" in readme
-    assert moe["within_target"] and not plain["within_target"], "the README's verdict on the 3x target is stale"
+    assert "Recording is not free, and it misses the 3x we aimed for." in readme
+    assert not moe["within_target"] and not plain["within_target"], "the README's verdict on the 3x target is stale"
     assert moe["ops"] == 7324 and "7,324 ops a plain pass" in readme
