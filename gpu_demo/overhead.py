@@ -259,7 +259,7 @@ STACKS: dict[str, Callable[..., Stack]] = {"moe_stack": moe_stack, "plain_pytorc
 def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | None = None) -> dict[str, Any]:
     """Both stacks, on this machine's GPU."""
     settings = settings or RunSettings()
-    core = min(os.sched_getaffinity(0))
+    core = min(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else None   # Linux only
     results: dict[str, Any] = {"layers": layers, "repeats": repeats, "settings": settings.to_dict(), "core": core}
     with torch.no_grad(), _on_core(core):
         for name, make in STACKS.items():
@@ -271,9 +271,13 @@ def run_overhead(layers: int = 61, repeats: int = 5, settings: RunSettings | Non
 
 
 @contextmanager
-def _on_core(core: int) -> Iterator[None]:
+def _on_core(core: int | None) -> Iterator[None]:
     """This thread on one CPU core inside; the untraced child runs on the same one, so both
-    passes of a pair run on one core, whatever speed the host gives it then."""
+    passes of a pair run on one core, whatever speed the host gives it then (``None``: no
+    affinity on this system, nothing changes)."""
+    if core is None:
+        yield
+        return
     allowed = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {core})
     try:

@@ -308,6 +308,7 @@ def test_untraced_plain_passes_are_timed_in_a_process_that_never_records():
     assert all(0 < t < 10 for t in times) and child.poll() == 0
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
 def test_the_overhead_runs_on_one_core_and_gives_the_others_back():
     from gpu_demo.overhead import _on_core
 
