@@ -30,7 +30,7 @@ TIME = "time"
 
 
 class UntracedPasses:
-    """``passes()`` times one plain pass of ``stack`` (``gpu_demo.overhead.STACKS``) in the
+    """Each call times one plain pass of ``stack`` (``gpu_demo.overhead.STACKS``) in the
     child, which runs on CPU core ``core`` when given (the caller's, so both sides of a pair
     run on one core)."""
 
