@@ -70,7 +70,6 @@ from .streams import dry_capture
 from .untraced import UntracedPasses
 
 TARGET_RATIO = 3.0
-WARM_PASSES = 3   # untimed plain passes before the untraced ones: the GPU up to speed
 DRY_RUN_SIZES = {"hidden": 64, "intermediate": 128}
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 Recorded = tuple[float, float, dict[str, Any]]

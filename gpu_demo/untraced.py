@@ -27,6 +27,7 @@ from .settings import RunSettings
 
 READY = "ready"
 TIME = "time"
+WARM_PASSES = 3   # untimed plain passes before the first timed one: the GPU up to speed
 
 
 class UntracedPasses:
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> None:
     each ``time`` line on stdin with the seconds one plain pass took (on CPU core CORE)."""
     import torch
 
-    from .overhead import STACKS, WARM_PASSES, gpu_pass
+    from .overhead import STACKS, gpu_pass
 
     stack, layers, settings = argv[0], int(argv[1]), RunSettings(**json.loads(argv[2]))
     if len(argv) > 3:

@@ -449,7 +449,7 @@ def _races(g: _Graph) -> Iterator[Finding]:
                 accesses = by_range.get(key)
                 if accesses is None:
                     accesses = by_range[key] = _Accesses()
-                accesses.add(i, k, "w" in arg.access)
+                accesses.add(i, k, arg.writes)
     free_steps = [f.step for f in g.frees]
     racing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     after_free: dict[int, dict[tuple[int, int], tuple[int, int, int, int]]] = {}
