@@ -285,8 +285,8 @@ class CaptureRecorder(TorchDispatchMode):
         self._pending = _Pending()
         self._stream_keys: dict[int, str] = {}   # raw stream -> its key (``_stream``), until a capture begins or ends
         self._marked: set[int] = set()           # raw streams an ``annotate`` mark has named
-        self._blocks: dict[int, tuple[int, str]] = {}     # block address -> (bytes, label)
-        self._releasing: dict[int, tuple[int, str]] = {}  # blocks a mutation is letting go
+        self._blocks: dict[int, tuple[int, _Handle]] = {}  # block address -> (bytes, handle of the first tensor seen on it)
+        self._releasing: dict[int, tuple[int, str]] = {}   # blocks a mutation is letting go -> (bytes, label)
         self._busy = 0   # >0 while the recorder's own code or an op's internals run
         self._dispatching = False   # ``eager=False``: on the dispatch stack now (``_enter_dispatch``)
         self._context = ExitStack()
@@ -487,10 +487,12 @@ class CaptureRecorder(TorchDispatchMode):
         if pending and ptr in pending:  # scratch an op took and gave back
             pending.remove(ptr)
             return
-        block = self._releasing.get(ptr) or self._blocks.get(ptr)
-        self._blocks.pop(ptr, None)
-        if block is not None and self._recording():
-            self._free(ptr, *block)
+        block = self._blocks.pop(ptr, None)
+        releasing = self._releasing.get(ptr)   # a mutation letting the block go names it
+        if releasing is not None:
+            self._free(ptr, *releasing)
+        elif block is not None and self._recording():
+            self._free(ptr, block[0], block[1].label)
 
     def on_synchronized(self, op: str, stream: int | None, event: int | None) -> None:
         if self._recording():
@@ -611,8 +613,7 @@ class CaptureRecorder(TorchDispatchMode):
         stream = self._stream()
         made = _made_by(out, given)
         if made:
-            output = self._output
-            frozen += [output(_OUT[i] if i < len(_OUT) else f"out{i}", t, stream) for i, t in enumerate(made)]
+            frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
         if self._pending.pointers:
             self._unclaimed()
         self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl)
@@ -677,34 +678,28 @@ class CaptureRecorder(TorchDispatchMode):
             self._mutated.add(handle.id)
             self._host_reads.arm(self._host_read)  # from now on a read of its shape may decide what is captured
 
-    def _arg(self, name: str, t: torch.Tensor, access: str) -> Arg:
-        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``."""
+    def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
+        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``;
+        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its
+        block last), with an ``Alloc`` if the runtime handed the block out for it."""
         handle = self._handles.get(id(t))               # ``_handle``, inlined
         if handle is None or handle.ref() is not t:
             handle = self._new_handle(t)
         storage = t.untyped_storage()
-        block, nbytes = storage.data_ptr(), storage.nbytes()
+        block, ptr, nbytes = storage.data_ptr(), t.data_ptr(), storage.nbytes()
         if self._held is not None:
             self._held[block] = storage
-        if block:   # ``block_bytes``, inlined
-            self._blocks[block] = (-(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK
-                                   if t.is_cuda else nbytes, handle.label)
-        numel, size = _numel(t), t.element_size()
-        return Arg(name, handle.id, handle.label, t.data_ptr(), numel, tuple(_shape(t)), numel * size, access,
-                   max(0, nbytes - t.storage_offset() * size))
-
-    def _output(self, name: str, t: torch.Tensor, stream: str) -> Arg:
-        """``_arg`` for a new result of an op issued to ``stream`` (which wrote its block
-        last), with an ``Alloc`` if the runtime handed the block out for it."""
-        frozen = self._arg(name, t, "w")
-        block = t.untyped_storage().data_ptr()
-        if block:
-            self._made_on[block] = stream
+        blocks = self._blocks
+        if block and block not in blocks:
+            blocks[block] = (block_bytes(nbytes, "cuda" if t.is_cuda else "cpu"), handle)
+        if made_on is not None and block:
+            self._made_on[block] = made_on
             pending = self._pending.pointers
             if pending and block in pending:
                 pending.remove(block)
-                self._add(Alloc, frozen.tensor, frozen.label, block, self._blocks[block][0], stream, self._pool())
-        return frozen
+                self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
+        return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), t.nbytes, access,
+                   max(0, nbytes - (ptr - block)))
 
     # -- memory ------------------------------------------------------------------
 
@@ -723,10 +718,9 @@ class CaptureRecorder(TorchDispatchMode):
                 pending.remove(ptr)
                 nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
                 handle = self._handle(t)
-                label = handle.label
-                self._blocks[ptr] = (nbytes, label)
+                self._blocks[ptr] = (nbytes, handle)
                 stream = stream or self._stream()
-                self._add(Alloc, handle.id, label, ptr, nbytes, stream, self._pool())
+                self._add(Alloc, handle.id, handle.label, ptr, nbytes, stream, self._pool())
         self._unclaimed()
 
     def _unclaimed(self) -> None:

@@ -160,6 +160,19 @@ def test_a_freed_block_is_sized_from_the_storage_it_was(streams, fake_graph_meth
     assert (free.ptr, free.nbytes, free.pool, free.graph, free.stream) == (ptr, 32, "graph0", 0, "main")
 
 
+def test_a_freed_block_is_named_by_the_tensor_it_was_made_for_even_when_named_later(streams, fake_graph_methods):
+    from gpu_demo import annotate
+
+    x = torch.randn(8)
+    with recording(streams) as recorder:
+        with cuda_graph(FakeGraph(), streams):
+            y = x * 2
+            annotate.label(y, "scaled")    # named after the op that made it, and not used again
+            hooks.memory_deallocation(y.data_ptr())
+    (free,) = recorder.trace.of(Free)
+    assert free.label == "scaled"
+
+
 def test_a_set_during_capture_frees_the_block_once(streams, fake_graph_methods):
     x = torch.randn(4, 8) * 1
     with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
