@@ -328,8 +328,8 @@ class CaptureRecorder(TorchDispatchMode):
 
     def _finished(self, records: list[Record], *, in_place: bool = False) -> list[Record]:
         """``records`` with late names and final stream names. ``in_place`` renames the
-        records themselves (the finished trace: nobody holds them yet), else copies
-        the records it renames."""
+        records themselves (the finished trace: nobody holds them yet), else renamed
+        copies (``snapshot``: the recording goes on with the originals)."""
         streams = self.streams.final()
         names = self._late_names
         if not names and not streams:
@@ -338,21 +338,7 @@ class CaptureRecorder(TorchDispatchMode):
             for record in records:
                 _rename_in_place(record, streams, names)
             return records
-        return [self._renamed(r, streams, names) for r in records]
-
-    @staticmethod
-    def _renamed(record: Record, streams: dict[str, str], names: dict[int, str]) -> Record:
-        changes: dict[str, Any] = {}
-        if names:
-            if isinstance(record, (Launch, SkippedLaunch)) and any(a.tensor in names for a in record.args):
-                changes["args"] = tuple(replace(a, label=names[a.tensor]) if a.tensor in names else a
-                                        for a in record.args)
-            elif isinstance(record, _NAMED_BY_TENSOR) and record.tensor in names:
-                changes["label"] = names[record.tensor]
-        stream = getattr(record, "stream", None)
-        if stream in streams:
-            changes["stream"] = streams[stream]
-        return replace(record, **changes) if changes else record
+        return [_renamed_copy(r, streams, names) for r in records]
 
     # -- captures ----------------------------------------------------------------
 
@@ -874,7 +860,7 @@ _NAMED_BY_TENSOR = (Mutation, View, HostRead, Alloc)   # records labelled with o
 
 
 def _rename_in_place(record: Record, streams: dict[str, str], names: dict[int, str]) -> None:
-    """``CaptureRecorder._renamed`` for a record nobody else holds: no copies."""
+    """Late tensor names and final stream names into ``record`` itself (and its ``Arg``s)."""
     kind = type(record)
     if names:
         if kind is Launch or kind is SkippedLaunch:
@@ -886,6 +872,15 @@ def _rename_in_place(record: Record, streams: dict[str, str], names: dict[int, s
     stream = getattr(record, "stream", None)
     if stream in streams:
         record.stream = streams[stream]
+
+
+def _renamed_copy(record: Record, streams: dict[str, str], names: dict[int, str]) -> Record:
+    """``_rename_in_place`` on a copy of ``record`` and of its ``Arg``s; the record stays as it is."""
+    copy = replace(record)
+    if type(copy) is Launch or type(copy) is SkippedLaunch:
+        copy.args = tuple(replace(a) for a in copy.args)
+    _rename_in_place(copy, streams, names)
+    return copy
 
 
 def record_capture(

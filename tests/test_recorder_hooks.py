@@ -173,6 +173,24 @@ def test_a_freed_block_is_named_by_the_tensor_it_was_made_for_even_when_named_la
     assert free.label == "scaled"
 
 
+def test_a_snapshot_is_renamed_and_leaves_the_recording_as_it_was(streams, fake_graph_methods):
+    from gpu_demo import annotate
+
+    x = torch.randn(8)
+    with recording(streams) as recorder:
+        with cuda_graph(FakeGraph(), streams):
+            y = x * 2
+            annotate.label(y, "scaled")        # a late name
+            y + 1
+            seen = recorder.snapshot()
+            live = [(a.label, launch.stream) for launch in recorder.trace.of(Launch) for a in launch.args]
+    renamed = [(a.label, launch.stream) for launch in seen.of(Launch) for a in launch.args]
+    assert renamed == [("t1", "main"), ("scaled", "main"), ("scaled", "main"), ("t3", "main")]
+    assert [label for label, _ in live] == ["t1", "t2", "scaled", "t3"]   # provisional until the end
+    assert all(stream != "main" for _, stream in live)
+    assert [(a.label, launch.stream) for launch in recorder.trace.of(Launch) for a in launch.args] == renamed
+
+
 def test_a_set_during_capture_frees_the_block_once(streams, fake_graph_methods):
     x = torch.randn(4, 8) * 1
     with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
