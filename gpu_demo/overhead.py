@@ -15,8 +15,9 @@ seconds at a time: medians taken apart would pair a slow spell with a fast one):
 ``plain``     the same, timed in this process, where torch's GPU-trace callbacks
               stay on once the first recording has started them
               (``ratio_same_process`` is against this)
-``floor``     the same under a ``TorchDispatchMode`` that only calls each op: the
-              least any Python dispatch mode, and so this recorder, can cost
+``floor``     the same under a dispatch mode that only calls each op, as the
+              recorder calls it (``gpu_demo.dispatch_mode``): the least a Python
+              dispatch mode, and so this recorder, can cost
 ``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up (its
               first call unrecorded, as ``record_capture`` does) and capture
               under the recorder, then a device sync (``record_s``), and
@@ -64,6 +65,7 @@ from simlib.spec import MoEConfig
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import graphs
+from .dispatch_mode import QuickDispatchMode, op_caller
 from .recorder import record_capture
 from .settings import RunSettings
 from .streams import dry_capture
@@ -76,8 +78,8 @@ Recorded = tuple[float, float, dict[str, Any]]
 Clock = Callable[[], float]
 
 
-class EmptyDispatchMode(TorchDispatchMode):
-    """Calls each op and nothing else; counts them."""
+class EmptyDispatchMode(QuickDispatchMode):
+    """Calls each op and nothing else, the way the recorder calls it; counts them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,7 +87,7 @@ class EmptyDispatchMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
         self.ops += 1
-        return func(*args, **(kwargs or {}))
+        return op_caller(func)(*args, **(kwargs or {}))
 
 
 def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeats: int,

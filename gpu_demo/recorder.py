@@ -85,6 +85,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from . import annotate, graphs, hooks, patches
 from .annotate import MAIN
+from .dispatch_mode import QuickDispatchMode, op_caller
 from .host_reads import HostReadWatch
 from .kernels import PDL_OPS
 from .outcomes import classify_capture_failure, cuda_error_name, first_error, one_line
@@ -99,6 +100,7 @@ aten = torch.ops.aten
 _numel = torch._C.TensorBase.numel
 _shape = torch._C.TensorBase.shape.__get__
 _now = time.perf_counter_ns
+_Tensor = torch.Tensor
 
 _METADATA_MUTATIONS = {
     aten.set_, aten.resize_, aten.resize_as_, aten.as_strided_, aten.squeeze_,
@@ -134,10 +136,12 @@ class _OpPlan:
 
     ``params`` are the parameters that can hold tensors: ``(position, name,
     access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
-    ``copy_``) or ``rw`` (any other in-place write).
+    ``copy_``) or ``rw`` (any other in-place write). ``call`` runs the op
+    (``dispatch_mode.op_caller``).
     """
 
     action: str
+    call: Callable[..., Any]
     kernel: str
     opname: str
     params: tuple[tuple[int, str, str], ...]
@@ -167,7 +171,7 @@ def _plan(func: torch._ops.OpOverload) -> _OpPlan:
         access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
         params.append((i, spec.name, access))
     kernel = str(func)
-    plan = _PLANS[func] = _OpPlan(action, kernel, func._opname, tuple(params), kernel in PDL_OPS)
+    plan = _PLANS[func] = _OpPlan(action, op_caller(func), kernel, func._opname, tuple(params), kernel in PDL_OPS)
     return plan
 
 
@@ -243,7 +247,7 @@ class _Pending:
     unmatched: int = 0
 
 
-class CaptureRecorder(TorchDispatchMode):
+class CaptureRecorder(QuickDispatchMode):
     """Writes every op issued inside ``with recorder:`` into ``recorder.trace``.
 
     ``device`` is where the current stream comes from (``cuda_device()``);
@@ -465,7 +469,7 @@ class CaptureRecorder(TorchDispatchMode):
         self._event("wait", self._event_id(event), self._stream_key(stream))
 
     def on_allocated(self, ptr: int) -> None:
-        if self._recording():   # else no op of ours would claim or clear it
+        if self.eager or self.graph is not None:   # recording (else no op of ours would claim or clear it)
             self._pending.pointers.append(ptr)
 
     def on_freed(self, ptr: int) -> None:
@@ -477,7 +481,7 @@ class CaptureRecorder(TorchDispatchMode):
         releasing = self._releasing.get(ptr)   # a mutation letting the block go names it
         if releasing is not None:
             self._free(ptr, *releasing)
-        elif block is not None and self._recording():
+        elif block is not None and (self.eager or self.graph is not None):   # recording
             self._free(ptr, block[0], block[1].label)
 
     def on_synchronized(self, op: str, stream: int | None, event: int | None) -> None:
@@ -562,40 +566,40 @@ class CaptureRecorder(TorchDispatchMode):
         about ten times the read).
         """
         kwargs = kwargs or {}
+        plan = _PLANS.get(func) or _plan(func)
         if not (self.eager or self.graph is not None):
-            out = func(*args, **kwargs)
+            out = plan.call(*args, **kwargs)
             self._pending.pointers.clear()
             return out
-        plan = _PLANS.get(func) or _plan(func)
         self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
         try:
             with DisableTorchFunction():
                 if plan.action is LAUNCH:   # most ops: straight there
-                    return self._op(func, plan, args, kwargs)
-                return self._dispatch(func, plan, args, kwargs)
+                    return self._op(plan, args, kwargs)
+                return self._dispatch(plan, args, kwargs)
         finally:
             self._busy -= 1
 
-    def _dispatch(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
+    def _dispatch(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         action = plan.action
         if action is MUTATE:
-            return self._mutation(func, args, kwargs)
+            return self._mutation(plan, args, kwargs)
         if action is VIEW:
-            return self._views(func, args, kwargs)
+            return self._views(plan, args, kwargs)
         if action is ITEM:
             self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
-            return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+            return plan.call(*args, **kwargs)
+        out = plan.call(*args, **kwargs)
         if self._pending.pointers:
             self._claim_allocations(_made_by(out, _tensors_of(plan, args, kwargs)))
         return out
 
-    def _op(self, func, plan: _OpPlan, args, kwargs):  # noqa: ANN001
+    def _op(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         """An op that launches a kernel: its arguments frozen before it runs, its results after."""
         given = _tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
-        out = func(*args, **kwargs)
+        out = plan.call(*args, **kwargs)
         stream = self._stream()
         made = _made_by(out, given)
         if made:
@@ -619,8 +623,8 @@ class CaptureRecorder(TorchDispatchMode):
         self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
                                          role, stream, args, self.graph, deps, pdl))   # ``_add``, inlined
 
-    def _views(self, func, args, kwargs):  # noqa: ANN001
-        out = func(*args, **kwargs)
+    def _views(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
+        out = plan.call(*args, **kwargs)
         base = self._handle(args[0])
         for view in _tensors_in(out):
             handle = self._handle(view)
@@ -629,7 +633,7 @@ class CaptureRecorder(TorchDispatchMode):
                       tuple(_shape(view)), self.graph)
         return out
 
-    def _mutation(self, func, args, kwargs):  # noqa: ANN001
+    def _mutation(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
         tensor = args[0]
         old = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
         storage = tensor.untyped_storage()
@@ -641,11 +645,11 @@ class CaptureRecorder(TorchDispatchMode):
         start = len(self.trace.records)
         self._releasing[ptr] = block
         try:
-            out = func(*args, **kwargs)
+            out = plan.call(*args, **kwargs)
         finally:
             self._releasing.pop(ptr, None)
         self._claim_allocations([tensor])
-        self._mutated_now(func._opname, tensor, old)
+        self._mutated_now(plan.opname, tensor, old)
         # The runtime reports a freed CUDA block itself; elsewhere the dropped last
         # reference is the only sign that the block is free.
         if ref.expired() and nbytes and not self._freed_since(start, ptr):
@@ -684,8 +688,9 @@ class CaptureRecorder(TorchDispatchMode):
             if pending and block in pending:
                 pending.remove(block)
                 self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
+        left = nbytes - (ptr - block)
         return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), t.nbytes, access,
-                   max(0, nbytes - (ptr - block)))
+                   left if left > 0 else 0)
 
     # -- memory ------------------------------------------------------------------
 
@@ -808,10 +813,10 @@ def _tensors_of(plan: _OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, tor
     count = len(args)
     for position, name, access in plan.params:
         value = args[position] if position < count else kwargs.get(name)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, _Tensor):
             found.append((name, value, access))
         elif isinstance(value, (list, tuple)):
-            found += [(f"{name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, torch.Tensor)]
+            found += [(f"{name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, _Tensor)]
     return found
 
 
