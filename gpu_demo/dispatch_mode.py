@@ -1,11 +1,11 @@
 """A ``TorchDispatchMode`` that pays for no more Python per op than it must.
 
-Two costs every Python dispatch mode pays by default, on every op:
+Two costs every Python dispatch mode pays by default:
 
 * torch keeps ``torch.compile`` out of a mode's ``__torch_dispatch__`` by wrapping
   it (``TorchDispatchMode.__init_subclass__``) in ``torch._dynamo.disable``: two
   Python frames that switch dynamo's frame evaluation off and back on around
-  each op, and an ``import torch._dynamo`` (about 1.3 s) on the first op of a
+  each op, and an ``import torch._dynamo`` (over a second) on the first op of a
   process. ``QuickDispatchMode`` marks the method's code object instead in
   dynamo's own table, "skip this frame and everything it calls", which dynamo
   reads in C before it would look at the frame: the same protection for no
