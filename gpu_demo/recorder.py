@@ -469,7 +469,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._event("wait", self._event_id(event), self._stream_key(stream))
 
     def on_allocated(self, ptr: int) -> None:
-        if self.eager or self.graph is not None:   # recording (else no op of ours would claim or clear it)
+        if self._recording():   # else no op of ours would claim or clear it
             self._pending.pointers.append(ptr)
 
     def on_freed(self, ptr: int) -> None:
@@ -481,7 +481,7 @@ class CaptureRecorder(QuickDispatchMode):
         releasing = self._releasing.get(ptr)   # a mutation letting the block go names it
         if releasing is not None:
             self._free(ptr, *releasing)
-        elif block is not None and (self.eager or self.graph is not None):   # recording
+        elif block is not None and self._recording():
             self._free(ptr, block[0], block[1].label)
 
     def on_synchronized(self, op: str, stream: int | None, event: int | None) -> None:

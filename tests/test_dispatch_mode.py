@@ -14,7 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from gpu_demo.dispatch_mode import QuickDispatchMode, op_caller, set_code_exec_strategy  # noqa: E402
 
 
-class Counting(QuickDispatchMode):
+class Guarded(QuickDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         return _run(func, args, kwargs or {})
 
@@ -60,12 +60,12 @@ def _graphs_compiled_under(mode: TorchDispatchMode) -> int:
 @pytest.mark.skipif(set_code_exec_strategy is None, reason="this torch has no frame-evaluation table")
 def test_dynamo_compiles_nothing_inside_the_mode_or_what_it_calls():
     assert _graphs_compiled_under(Unguarded()) > 0   # the probe sees tracing where nothing stops it
-    assert _graphs_compiled_under(Counting()) == 0
+    assert _graphs_compiled_under(Guarded()) == 0
 
 
 @pytest.mark.skipif(set_code_exec_strategy is None, reason="this torch keeps its own wrapper")
 def test_the_mode_runs_without_torchs_per_op_wrapper_and_without_importing_dynamo():
-    assert Counting.__dict__["__torch_dispatch__"].__code__.co_filename == __file__   # torch's wrapper lives in torch
+    assert Guarded.__dict__["__torch_dispatch__"].__code__.co_filename == __file__   # torch's wrapper lives in torch
     program = ("import sys, torch\n"
                "from gpu_demo.overhead import EmptyDispatchMode\n"
                "with EmptyDispatchMode() as mode:\n"
