@@ -8,7 +8,7 @@ OUT=${OUT:-out/results}
 mkdir -p "$OUT"
 python3 -m gpu_demo corpus --jobs 4
 echo "corpus exit: $?"
-python3 -m gpu_demo recorder-overhead --layers 61 --repeats 9
+python3 -m gpu_demo recorder-overhead --layers 61 --repeats 15
 echo "recorder-overhead exit: $?"
 cp gpu_demo/results/corpus-h200.json gpu_demo/results/recorder-overhead-h200.json "$OUT/"
 python3 -m gpu_demo corpus --summary

@@ -37,8 +37,8 @@ def label(tensor: torch.Tensor, name: str) -> torch.Tensor:
     """Give ``tensor`` (this Python object) a readable name in traces; returns it."""
     key = id(tensor)
     _labels[key] = (weakref.ref(tensor, partial(_forget, key)), name)
-    if _marks.listener is not None:
-        _marks.listener.named(tensor, name)
+    if marks.listener is not None:
+        marks.listener.named(tensor, name)
     return tensor
 
 
@@ -73,25 +73,27 @@ class _Marks:
     profile_roles: bool = False
 
 
-_marks = _Marks()
+# The marks in force now. Listeners may read it directly (the recorder does, on every
+# op); only the functions below set it.
+marks = _Marks()
 
 
 @contextmanager
 def _marking(field: str, value: object) -> Iterator[None]:
     """Set one mark for the ops issued inside, and restore it after."""
-    previous = getattr(_marks, field)
-    setattr(_marks, field, value)
+    previous = getattr(marks, field)
+    setattr(marks, field, value)
     try:
         yield
     finally:
-        setattr(_marks, field, previous)
+        setattr(marks, field, previous)
 
 
 @contextmanager
 def role(name: str) -> Iterator[None]:
     """Ops issued inside belong to ``name`` (``gate``, ``shared_expert``, ...)."""
     with _marking("role", name):
-        if _marks.profile_roles:
+        if marks.profile_roles:
             with torch.profiler.record_function(name):
                 yield
         else:
@@ -118,31 +120,22 @@ def profiling_roles() -> "AbstractContextManager[None]":
     return _marking("profile_roles", True)
 
 
-def current_role() -> str:
-    return _marks.role
-
-
 def current_stream() -> str:
     """The logical stream marked by ``issuing_on``, else ``main``."""
-    return _marks.stream or MAIN
-
-
-def marked_stream() -> str | None:
-    """The logical stream an enclosing ``issuing_on`` names, or ``None`` if none does."""
-    return _marks.stream
+    return marks.stream or MAIN
 
 
 def current_why() -> str:
-    return _marks.why
+    return marks.why
 
 
 def stream_event(op: str, event: int, stream: str | None) -> None:
     """Report ``record``/``wait``/``query`` of logical event ``event``."""
-    if _marks.listener is not None:
-        _marks.listener.stream_event(op, event, stream)
+    if marks.listener is not None:
+        marks.listener.stream_event(op, event, stream)
 
 
 def host_sync(op: str, what: str) -> None:
     """Report that the host is about to wait for the device (``synchronize``...)."""
-    if _marks.listener is not None:
-        _marks.listener.host_sync(op, what)
+    if marks.listener is not None:
+        marks.listener.host_sync(op, what)

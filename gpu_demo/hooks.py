@@ -1,23 +1,33 @@
 """What the CUDA runtime tells Python from below dispatch, routed to the active recorders.
 
-``torch.cuda._gpu_trace`` calls back on event creation, record, wait and
-deletion, on every caching-allocator allocation and deallocation, and on
-device, stream and event synchronization (after
-``torch._C._activate_gpu_trace()``; see ``torch/cuda/_sanitizer.py``). The
-callbacks carry raw ids only: ``cudaEvent_t``/``cudaStream_t`` integers and
-block pointers, no sizes.
+``torch.cuda._gpu_trace`` reports event creation, record, wait and deletion,
+every caching-allocator allocation and deallocation, and device, stream and
+event synchronization (after ``torch._C._activate_gpu_trace()``; see
+``torch/cuda/_sanitizer.py``). The reports carry raw ids only:
+``cudaEvent_t``/``cudaStream_t`` integers and block pointers, no sizes.
 
-Registrations are permanent, so this module registers one set of functions
-once, the first time a recorder starts, and each of them forwards to every
-recorder active at that moment and does nothing when none is. Tests drive the
-same functions directly with fake ids: no GPU is needed to exercise the
-recorder's bookkeeping.
+For each report torch's C++ looks up ``fire_callbacks`` on one of the
+module's ``CallbackRegistry`` objects and calls it, and that method calls the
+registered callbacks in a Python loop. Allocations and frees come once or
+more per op, so their cost is the recorder's floor: this module routes each
+report straight to the one recorder listening, by setting ``fire_callbacks``
+on the registry object itself to that recorder's bound method (or, for
+allocations, to the ``list.append`` it names: no Python frame at all). With
+several recorders, or callbacks someone registered the documented way (the
+CUDA sanitizer), a fan-out calls them all; with no recorder, torch's own
+method is back. A callback registered the documented way while a recorder
+listens alone is called from the next route change on (``reroute``).
+
+Once activated, torch keeps making these reports for the rest of the process,
+recorder or not: the activation is left until the first recorder starts.
+Tests fire the registries as torch's C++ does, with fake ids: no GPU is
+needed to exercise the recorder's bookkeeping.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
@@ -27,7 +37,11 @@ DataPtr = int
 
 
 class GpuTraceListener(Protocol):
-    """A recorder, as the callbacks see it."""
+    """A recorder, as the reports see it. ``on_allocated`` is an attribute, not a
+    method: what takes allocation pointers now, or ``None`` when none are of interest
+    (a listener that changes it calls ``reroute``)."""
+
+    on_allocated: Callable[[DataPtr], Any] | None
 
     def on_event_created(self, event: EventId) -> None: ...
 
@@ -37,15 +51,31 @@ class GpuTraceListener(Protocol):
 
     def on_event_waited(self, event: EventId, stream: StreamId) -> None: ...
 
-    def on_allocated(self, ptr: DataPtr) -> None: ...
-
     def on_freed(self, ptr: DataPtr) -> None: ...
 
     def on_synchronized(self, op: str, stream: StreamId | None, event: EventId | None) -> None: ...
 
 
+Route = Callable[[GpuTraceListener], Callable[..., Any] | None]
+
+# torch.cuda._gpu_trace's registries, and what each report reaches on a listener.
+ROUTES: dict[str, Route] = {
+    "EventCreationCallbacks": lambda listener: listener.on_event_created,
+    "EventDeletionCallbacks": lambda listener: listener.on_event_deleted,
+    "EventRecordCallbacks": lambda listener: listener.on_event_recorded,
+    "EventWaitCallbacks": lambda listener: listener.on_event_waited,
+    "MemoryAllocationCallbacks": lambda listener: listener.on_allocated,
+    "MemoryDeallocationCallbacks": lambda listener: listener.on_freed,
+    "DeviceSynchronizationCallbacks":
+        lambda listener: lambda: listener.on_synchronized("synchronize", None, None),
+    "StreamSynchronizationCallbacks":
+        lambda listener: lambda stream: listener.on_synchronized("stream.synchronize", stream, None),
+    "EventSynchronizationCallbacks":
+        lambda listener: lambda event: listener.on_synchronized("event.synchronize", None, event),
+}
+
 _active: list[GpuTraceListener] = []
-_registered = False
+_activated = False
 
 
 def active() -> tuple[GpuTraceListener, ...]:
@@ -55,77 +85,49 @@ def active() -> tuple[GpuTraceListener, ...]:
 
 @contextmanager
 def listening(listener: GpuTraceListener) -> Iterator[None]:
-    """Forward the GPU trace callbacks to ``listener`` while inside."""
-    _register_once()
+    """Route the GPU trace reports to ``listener`` while inside."""
+    _activate_once()
     _active.append(listener)
+    reroute()
     try:
         yield
     finally:
         _active.remove(listener)
+        reroute()
 
 
-def _register_once() -> None:
-    global _registered
-    if _registered:
-        return
-    from torch.cuda import _gpu_trace as trace
+def reroute() -> None:
+    """Point each registry's ``fire_callbacks`` at what the active listeners take now."""
+    from torch.cuda import _gpu_trace
 
-    trace.register_callback_for_event_creation(event_creation)
-    trace.register_callback_for_event_deletion(event_deletion)
-    trace.register_callback_for_event_record(event_record)
-    trace.register_callback_for_event_wait(event_wait)
-    trace.register_callback_for_memory_allocation(memory_allocation)
-    trace.register_callback_for_memory_deallocation(memory_deallocation)
-    trace.register_callback_for_device_synchronization(device_synchronization)
-    trace.register_callback_for_stream_synchronization(stream_synchronization)
-    trace.register_callback_for_event_synchronization(event_synchronization)
-    if torch.cuda.is_available():
+    for name, route in ROUTES.items():
+        registry = getattr(_gpu_trace, name)
+        registry.__dict__.pop("fire_callbacks", None)   # torch's own method, unless set below
+        if not _active:
+            continue
+        if len(_active) == 1 and not registry.callback_list:
+            target = route(_active[0])
+            if target is not None:
+                registry.fire_callbacks = target
+        else:
+            registry.fire_callbacks = _fan_out(registry, route, tuple(_active))
+
+
+def _fan_out(registry: Any, route: Route, listeners: tuple[GpuTraceListener, ...]) -> Callable[..., None]:
+    """Torch's registered callbacks, then each listener's route (those that take the report)."""
+    targets = [target for target in map(route, listeners) if target is not None]
+    torch_fire = type(registry).fire_callbacks
+
+    def fire(*args: Any) -> None:
+        torch_fire(registry, *args)
+        for target in targets:
+            target(*args)
+
+    return fire
+
+
+def _activate_once() -> None:
+    global _activated
+    if not _activated and torch.cuda.is_available():
         torch._C._activate_gpu_trace()
-    _registered = True
-
-
-# -- the callbacks (module level: registered once, driven directly by tests) ----------
-
-def event_creation(event: EventId) -> None:
-    for listener in _active:
-        listener.on_event_created(event)
-
-
-def event_deletion(event: EventId) -> None:
-    for listener in _active:
-        listener.on_event_deleted(event)
-
-
-def event_record(event: EventId, stream: StreamId) -> None:
-    for listener in _active:
-        listener.on_event_recorded(event, stream)
-
-
-def event_wait(event: EventId, stream: StreamId) -> None:
-    for listener in _active:
-        listener.on_event_waited(event, stream)
-
-
-def memory_allocation(ptr: DataPtr) -> None:
-    for listener in _active:
-        listener.on_allocated(ptr)
-
-
-def memory_deallocation(ptr: DataPtr) -> None:
-    for listener in _active:
-        listener.on_freed(ptr)
-
-
-def device_synchronization() -> None:
-    for listener in _active:
-        listener.on_synchronized("synchronize", None, None)
-
-
-def stream_synchronization(stream: StreamId) -> None:
-    for listener in _active:
-        listener.on_synchronized("stream.synchronize", stream, None)
-
-
-def event_synchronization(event: EventId) -> None:
-    for listener in _active:
-        listener.on_synchronized("event.synchronize", None, event)
+        _activated = True

@@ -93,10 +93,10 @@ class EmptyDispatchMode(QuickDispatchMode):
 def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeats: int,
             floor: Callable[[], float] | None = None, ops: int | None = None,
             untraced: Callable[[], float] | None = None, settle: Callable[[], Any] = gc.collect) -> dict[str, Any]:
-    """Time ``untraced``, ``plain``, ``floor`` and ``recorded`` ``repeats`` times each,
-    interleaved, after one untimed pass, each after ``settle()``. ``ratio``: the median of
-    (record + check) / untraced per repeat (without ``untraced``: / plain); with ``ops``,
-    the cost per op.
+    """Time ``plain``, ``floor``, ``untraced`` and ``recorded`` ``repeats`` times each,
+    interleaved in that order, after one untimed pass, each after ``settle()``. ``ratio``:
+    the median of (record + check) / untraced per repeat, the two passes of a pair timed
+    back to back (without ``untraced``: / plain); with ``ops``, the cost per op.
 
     ``untraced`` times a plain pass in a process that never recorded
     (``gpu_demo.untraced``): once a recorder has run, torch's GPU-trace callbacks stay on
@@ -113,15 +113,15 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
     sizes: dict[str, Any] = {}
     gc_s: list[float] = []
     for _ in range(repeats):
-        if untraced:
-            untraced_s.append(untraced())   # settles in its own process
         settle()
         plain_s.append(plain())
         if floor:
             settle()
             floor_s.append(floor())
         settle()
-        rec, chk, sizes = recorded()
+        if untraced:
+            untraced_s.append(untraced())   # settles in its own process; this one's heap is as settled
+        rec, chk, sizes = recorded()        # right after the untraced pass it is paired with
         record_s.append(rec)
         check_s.append(chk)
         gc_s.append(sizes.pop("gc_s", 0.0))

@@ -85,6 +85,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from . import annotate, graphs, hooks, patches
 from .annotate import MAIN
+from .annotate import marks as _marks
 from .dispatch_mode import QuickDispatchMode, op_caller
 from .host_reads import HostReadWatch
 from .kernels import PDL_OPS
@@ -137,9 +138,11 @@ class _OpPlan:
     ``params`` are the parameters that can hold tensors: ``(position, name,
     access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
     ``copy_``) or ``rw`` (any other in-place write). ``call`` runs the op
-    (``dispatch_mode.op_caller``).
+    (``dispatch_mode.op_caller``). ``op`` is the overload itself, held so that its
+    ``id`` (the key in ``_PLANS``) stays its own.
     """
 
+    op: Any
     action: str
     call: Callable[..., Any]
     kernel: str
@@ -148,7 +151,9 @@ class _OpPlan:
     pdl: bool
 
 
-_PLANS: dict[Any, _OpPlan] = {}   # OpOverload -> its plan, filled by ``_plan`` on first use
+# id(OpOverload) -> its plan, filled by ``_plan`` on first use. Keyed by id: an
+# ``OpOverload`` hashes in Python (``OpOverload.__hash__``), a frame on every op.
+_PLANS: dict[int, _OpPlan] = {}
 
 
 def _plan(func: torch._ops.OpOverload) -> _OpPlan:
@@ -171,7 +176,8 @@ def _plan(func: torch._ops.OpOverload) -> _OpPlan:
         access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
         params.append((i, spec.name, access))
     kernel = str(func)
-    plan = _PLANS[func] = _OpPlan(action, op_caller(func), kernel, func._opname, tuple(params), kernel in PDL_OPS)
+    plan = _PLANS[id(func)] = _OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
+                                      kernel in PDL_OPS)
     return plan
 
 
@@ -263,6 +269,7 @@ class CaptureRecorder(QuickDispatchMode):
         super().__init__()
         self.trace = Trace(meta=dict(meta or {}))
         self.graph: int | None = None
+        self._pool = DEFAULT_POOL   # the memory pool allocations go to now: the open graph's, else the default
         self.device = device or cuda_device()
         self.eager = eager
         self.capture_ended: list[Callable[[int], None]] = []
@@ -287,6 +294,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._events: dict[int, int] = {}   # raw cudaEvent_t -> event id in records
         self._event_deps: dict[int, tuple[int, ...]] = {}
         self._pending = _Pending()
+        self.on_allocated: Callable[[int], Any] | None = None   # see ``_route_allocations``
         self._stream_keys: dict[int, str] = {}   # raw stream -> its key (``_stream``), until a capture begins or ends
         self._marked: set[int] = set()           # raw streams an ``annotate`` mark has named
         self._blocks: dict[int, tuple[int, _Handle]] = {}  # block address -> (bytes, handle of the first tensor seen on it)
@@ -294,6 +302,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._busy = 0   # >0 while the recorder's own code or an op's internals run
         self._dispatching = False   # ``eager=False``: on the dispatch stack now (``_enter_dispatch``)
         self._context = ExitStack()
+        self._route_allocations()
 
     def __enter__(self) -> "CaptureRecorder":
         if self.eager:
@@ -408,12 +417,16 @@ class CaptureRecorder(QuickDispatchMode):
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
         self.graph, self._frontier, self._mutated, self._stream_keys = graph, {}, set(), {}
+        self._pool = graph_pool(graph)
+        self._route_allocations()
         self._enter_dispatch()
         return graph
 
     def _end(self, error: BaseException | None) -> None:
         opened, self._open = self._open, None
         self.graph, self._mutated, self._stream_keys = None, set(), {}
+        self._pool = DEFAULT_POOL
+        self._route_allocations()
         self._host_reads.disarm()
         self._leave_dispatch()
         message = None if error is None else one_line(first_error(error))
@@ -468,9 +481,16 @@ class CaptureRecorder(QuickDispatchMode):
     def on_event_waited(self, event: int, stream: int) -> None:
         self._event("wait", self._event_id(event), self._stream_key(stream))
 
-    def on_allocated(self, ptr: int) -> None:
-        if self._recording():   # else no op of ours would claim or clear it
-            self._pending.pointers.append(ptr)
+    def _route_allocations(self) -> None:
+        """While recording, the runtime's allocation reports go straight onto ``_pending``
+        (``hooks`` calls this ``list.append`` itself: no Python frame per allocation, the
+        most frequent report); otherwise nowhere, since no op of ours would claim them."""
+        if self._recording():
+            self.on_allocated = self._pending.pointers.append
+        else:
+            self.on_allocated = None
+            self._unclaimed()   # blocks taken since the last recorded op that it did not get
+        hooks.reroute()
 
     def on_freed(self, ptr: int) -> None:
         pending = self._pending.pointers
@@ -566,11 +586,9 @@ class CaptureRecorder(QuickDispatchMode):
         about ten times the read).
         """
         kwargs = kwargs or {}
-        plan = _PLANS.get(func) or _plan(func)
+        plan = _PLANS.get(id(func)) or _plan(func)
         if not (self.eager or self.graph is not None):
-            out = plan.call(*args, **kwargs)
-            self._pending.pointers.clear()
-            return out
+            return plan.call(*args, **kwargs)
         self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
         try:
             with DisableTorchFunction():
@@ -595,13 +613,21 @@ class CaptureRecorder(QuickDispatchMode):
         return out
 
     def _op(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
-        """An op that launches a kernel: its arguments frozen before it runs, its results after."""
+        """An op that launches a kernel: its arguments frozen before it runs, its results after.
+        (Most ops come here: ``_made_by``'s one-tensor case is inlined.)"""
         given = _tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
         out = plan.call(*args, **kwargs)
         stream = self._stream()
-        made = _made_by(out, given)
+        if type(out) is _Tensor:
+            made = (out,)
+            for _, t, _ in given:
+                if t is out:   # an in-place op returns what it was given
+                    made = ()
+                    break
+        else:
+            made = _made_by(out, given)
         if made:
             frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
         if self._pending.pointers:
@@ -611,7 +637,7 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
                 stream: str | None = None, pdl: bool = False) -> None:
-        stream, role = stream or self._stream(), annotate.current_role()
+        stream, role = stream or self._stream(), _marks.role
         label = f"{role}/{opname}" if role else opname
         if skips_empty and _writes_only_empty(args):
             self._emit(SkippedLaunch, kernel=kernel, label=label, role=role, stream=stream, graph=self.graph,
@@ -680,14 +706,16 @@ class CaptureRecorder(QuickDispatchMode):
         if self._held is not None:
             self._held[block] = storage
         blocks = self._blocks
-        if block and block not in blocks:
-            blocks[block] = (block_bytes(nbytes, "cuda" if t.is_cuda else "cpu"), handle)
+        if block and block not in blocks:   # ``block_bytes``, inlined
+            blocks[block] = (-(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK if t.is_cuda else nbytes,
+                             handle)
         if made_on is not None and block:
             self._made_on[block] = made_on
             pending = self._pending.pointers
             if pending and block in pending:
                 pending.remove(block)
-                self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
+                self.trace.records.append(Alloc(next(self._steps), (_now() - self._t0) / 1000, handle.id,
+                                                handle.label, block, blocks[block][0], made_on, self._pool))
         left = nbytes - (ptr - block)
         return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), t.nbytes, access,
                    left if left > 0 else 0)
@@ -711,7 +739,7 @@ class CaptureRecorder(QuickDispatchMode):
                 handle = self._handle(t)
                 self._blocks[ptr] = (nbytes, handle)
                 stream = stream or self._stream()
-                self._add(Alloc, handle.id, handle.label, ptr, nbytes, stream, self._pool())
+                self._add(Alloc, handle.id, handle.label, ptr, nbytes, stream, self._pool)
         self._unclaimed()
 
     def _unclaimed(self) -> None:
@@ -721,13 +749,11 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _free(self, ptr: int, nbytes: int, label: str) -> None:
         stream = self._made_on.get(ptr) or self._stream()
-        self._add(Free, label, ptr, nbytes, stream, self._pool(), self.graph)
+        self.trace.records.append(Free(next(self._steps), (_now() - self._t0) / 1000, label, ptr, nbytes, stream,
+                                       self._pool, self.graph))   # ``_add``, inlined
 
     def _freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self.trace.records[start:])
-
-    def _pool(self) -> str:
-        return DEFAULT_POOL if self.graph is None else graph_pool(self.graph)
 
     # -- small helpers -----------------------------------------------------------
 
@@ -751,7 +777,7 @@ class CaptureRecorder(QuickDispatchMode):
         raw = self.device.current_stream()
         if raw is None:
             return annotate.current_stream()
-        key, mark = self._stream_keys.get(raw), annotate.marked_stream()
+        key, mark = self._stream_keys.get(raw), _marks.stream
         if key is None or (mark is not None and raw not in self._marked):
             key = self._stream_keys[raw] = self.streams.saw(raw, capturing=self.graph is not None, mark=mark)
             if mark is not None:

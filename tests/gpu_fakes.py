@@ -1,8 +1,8 @@
 """A GPU played to the recorder on a CPU, for tests (not collected: no ``test_`` prefix).
 
 What a GPU would tell the recorder is played to it: the ``torch.cuda._gpu_trace``
-callbacks are the module-level functions of ``gpu_demo.hooks`` (called with
-fake stream and event ids), the current stream comes from a fake ``Device``,
+reports are fired as torch's C++ fires them (``runtime``, with fake stream and
+event ids), the current stream comes from a fake ``Device``,
 the caching allocator's callbacks come from ``FakeAllocator`` around real CPU
 ops, and ``CUDAGraph``'s methods are no-ops the recorder wraps.
 """
@@ -11,19 +11,41 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from types import SimpleNamespace
+from typing import Callable, Iterator
 
 import pytest
 import torch
 from simlib.trace import Launch, Trace
+from torch.cuda import _gpu_trace
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from gpu_demo import hooks
 from gpu_demo.recorder import CaptureRecorder, Device
 
 DEFAULT, CAPTURE, ALT, ALT2, SIDE = 0, 5000, 11000, 12000, 13000   # raw cudaStream_t ids
+
+
+def _report(registry: str) -> Callable[..., None]:
+    """One ``torch.cuda._gpu_trace`` report, made as torch's C++ makes it: look up
+    ``fire_callbacks`` on the registry object and call it (``gpu_demo.hooks`` routes it)."""
+    def fire(*args: int) -> None:
+        getattr(_gpu_trace, registry).fire_callbacks(*args)
+    return fire
+
+
+runtime = SimpleNamespace(   # the CUDA runtime's reports, with fake ids
+    memory_allocation=_report("MemoryAllocationCallbacks"),
+    memory_deallocation=_report("MemoryDeallocationCallbacks"),
+    event_creation=_report("EventCreationCallbacks"),
+    event_deletion=_report("EventDeletionCallbacks"),
+    event_record=_report("EventRecordCallbacks"),
+    event_wait=_report("EventWaitCallbacks"),
+    device_synchronization=_report("DeviceSynchronizationCallbacks"),
+    stream_synchronization=_report("StreamSynchronizationCallbacks"),
+    event_synchronization=_report("EventSynchronizationCallbacks"),
+)
 
 
 @dataclass
@@ -63,9 +85,9 @@ class FakeAllocator(TorchDispatchMode):
         given = {id(a) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor) and id(t) not in given and t.untyped_storage().nbytes():
-                hooks.memory_allocation(t.untyped_storage().data_ptr())
+                runtime.memory_allocation(t.untyped_storage().data_ptr())
         if released is not None and released[1].expired():
-            hooks.memory_deallocation(released[0])
+            runtime.memory_deallocation(released[0])
         return out
 
 
@@ -107,10 +129,10 @@ def cuda_graph(graph: object, streams: FakeStreams) -> Iterator[None]:
 @contextmanager
 def wait_stream(waiter: int, waited: int, event: int) -> Iterator[None]:
     """``waiter.wait_stream(waited)`` as the runtime reports it; yields in between nothing."""
-    hooks.event_creation(event)
-    hooks.event_record(event, waited)
-    hooks.event_wait(event, waiter)
-    hooks.event_deletion(event)
+    runtime.event_creation(event)
+    runtime.event_record(event, waited)
+    runtime.event_wait(event, waiter)
+    runtime.event_deletion(event)
     yield
 
 

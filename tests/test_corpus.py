@@ -269,9 +269,10 @@ def test_every_timed_pass_starts_from_a_settled_heap():
         return 2.0, 0.5, {"records": 10, "findings": 0}
 
     compare(timed("plain", 1.0), recorded, repeats=2, floor=timed("floor", 1.1),
-            settle=lambda: events.append("settle"))
-    timed_passes = events[3:]                  # after the untimed first pass of each
-    assert timed_passes == ["settle", "plain", "settle", "floor", "settle", "recorded"] * 2
+            untraced=timed("untraced", 0.9), settle=lambda: events.append("settle"))
+    timed_passes = events[4:]                  # after the untimed first pass of each
+    # the untraced pass (settled in its own process) right before the recorded pass it pairs with
+    assert timed_passes == ["settle", "plain", "settle", "floor", "settle", "untraced", "recorded"] * 2
 
 
 def test_the_overhead_table_shows_the_plain_passes_its_ratio_pairs_with(monkeypatch, tmp_path, capsys):

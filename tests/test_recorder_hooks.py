@@ -7,6 +7,7 @@ launches the way ordinary PyTorch code does.
 
 from __future__ import annotations
 
+import sys
 import threading
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpu_fakes import (ALT, ALT2, SIDE, FakeGraph, by_kernel, cuda_graph,  # noqa: E402
-                       fake_graph_methods, fork, graph_launches, join, recording, streams)
+                       fake_graph_methods, fork, graph_launches, join, recording, runtime, streams)
 from simlib.checker import check  # noqa: E402
 from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Launch, Mutation,  # noqa: E402
                           Replay, SkippedLaunch, Trace)
@@ -118,10 +119,10 @@ def test_a_buffer_written_on_alt_and_read_on_main_races_unless_main_waits(stream
 
 def test_device_stream_and_event_synchronization_are_host_syncs(streams):
     with recording(streams) as recorder:
-        hooks.device_synchronization()
-        hooks.stream_synchronization(ALT)
-        hooks.event_creation(77)
-        hooks.event_synchronization(77)
+        runtime.device_synchronization()
+        runtime.stream_synchronization(ALT)
+        runtime.event_creation(77)
+        runtime.event_synchronization(77)
     assert [(s.op, s.stream) for s in recorder.trace.of(HostSync)] == [
         ("synchronize", None), ("stream.synchronize", "side"), ("event.synchronize", None)]
 
@@ -129,9 +130,64 @@ def test_device_stream_and_event_synchronization_are_host_syncs(streams):
 def test_callbacks_reach_no_recorder_once_it_has_stopped(streams):
     with recording(streams) as recorder:
         pass
-    hooks.device_synchronization()
-    hooks.memory_allocation(1234)
+    runtime.device_synchronization()
+    runtime.memory_allocation(1234)
     assert recorder.trace.records == [] and hooks.active() == ()
+
+
+def _python_calls_in_allocation_report(ptr: int) -> list[str]:
+    """The Python functions that run while the runtime reports an allocation, made as
+    torch's C++ makes it (C functions not counted)."""
+    from torch.cuda import _gpu_trace
+
+    registry, calls = _gpu_trace.MemoryAllocationCallbacks, []
+
+    def profile(frame, event, arg):  # noqa: ANN001 (sys.setprofile's signature)
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        registry.fire_callbacks(ptr)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_an_allocation_report_runs_no_python_while_one_recorder_records(streams, fake_graph_methods):
+    with recording(streams) as recorder:
+        calls = _python_calls_in_allocation_report(4096)
+        recorder._pending.pointers.remove(4096)
+    assert calls == []
+    with recording(streams, eager=False) as recorder:
+        outside = _python_calls_in_allocation_report(4096)
+        with cuda_graph(FakeGraph(), streams):
+            inside = _python_calls_in_allocation_report(4096)
+            recorder._pending.pointers.remove(4096)
+        assert not recorder._pending.pointers   # outside a capture the report went nowhere
+    assert inside == [] and outside == ["fire_callbacks"]   # torch's own method, calling nobody
+
+
+def test_callbacks_registered_the_documented_way_still_fire_beside_a_recorder(streams):
+    from torch.cuda import _gpu_trace
+
+    theirs: list[int] = []
+    _gpu_trace.register_callback_for_memory_deallocation(theirs.append)
+    try:
+        x, y = torch.randn(8), torch.randn(4)
+        with recording(streams) as alone:
+            alone._arg("x", x, "r")
+            runtime.memory_deallocation(x.data_ptr())
+        with recording(streams) as outer, recording(streams) as inner:
+            outer._arg("y", y, "r")
+            inner._arg("y", y, "r")
+            runtime.memory_deallocation(y.data_ptr())
+        runtime.memory_deallocation(7)
+    finally:
+        _gpu_trace.MemoryDeallocationCallbacks.callback_list.remove(theirs.append)
+    assert theirs == [x.data_ptr(), y.data_ptr(), 7]
+    assert [f.ptr for f in alone.trace.of(Free)] == [x.data_ptr()]
+    assert [f.ptr for f in outer.trace.of(Free)] == [f.ptr for f in inner.trace.of(Free)] == [y.data_ptr()]
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -154,8 +210,8 @@ def test_a_freed_block_is_sized_from_the_storage_it_was(streams, fake_graph_meth
         with cuda_graph(FakeGraph(), streams):
             y = x * 2
             ptr = y.data_ptr()
-            hooks.memory_deallocation(ptr)     # y dropped: the allocator reports the pointer only
-            hooks.memory_deallocation(424242)  # a block the recording never saw: no size, no record
+            runtime.memory_deallocation(ptr)     # y dropped: the allocator reports the pointer only
+            runtime.memory_deallocation(424242)  # a block the recording never saw: no size, no record
     (free,) = recorder.trace.of(Free)
     assert (free.ptr, free.nbytes, free.pool, free.graph, free.stream) == (ptr, 32, "graph0", 0, "main")
 
@@ -168,7 +224,7 @@ def test_a_freed_block_is_named_by_the_tensor_it_was_made_for_even_when_named_la
         with cuda_graph(FakeGraph(), streams):
             y = x * 2
             annotate.label(y, "scaled")    # named after the op that made it, and not used again
-            hooks.memory_deallocation(y.data_ptr())
+            runtime.memory_deallocation(y.data_ptr())
     (free,) = recorder.trace.of(Free)
     assert free.label == "scaled"
 
@@ -620,7 +676,7 @@ def test_without_eager_recording_only_captures_are_kept(streams, fake_graph_meth
     x, graph = torch.randn(4), FakeGraph()
     with recording(streams, eager=False) as recorder:
         x.add(1)
-        hooks.device_synchronization()
+        runtime.device_synchronization()
         with cuda_graph(graph, streams):
             x.mul(2)
         torch.cuda.CUDAGraph.replay(graph)
