@@ -196,6 +196,11 @@ def test_the_readme_quotes_the_committed_recorder_overhead():
     assert f"took {moe['ratio']:.2f} times as long as the same warm-up and capture in a process that never" \
            f" records, and {plain['ratio']:.2f} times for 61 plain-PyTorch" in readme
     assert f"the ratios are {moe['ratio_same_process']:.1f} and {plain['ratio_same_process']:.1f}" in readme
-    assert "Recording is not free, and it misses the 3x we aimed for." in readme
-    assert not moe["within_target"] and not plain["within_target"], "the README's verdict on the 3x target is stale"
+    verdict = {(True, True): "Recording is not free, and it meets the 3x we aimed for.",
+               (True, False): "Recording is not free. It meets the 3x we aimed for on the project's MoE stack "
+                              "and misses it on plain PyTorch.",
+               (False, True): "Recording is not free. It misses the 3x we aimed for on the project's MoE stack "
+                              "and meets it on plain PyTorch.",
+               (False, False): "Recording is not free, and it misses the 3x we aimed for."}
+    assert verdict[moe["within_target"], plain["within_target"]] in readme, "the README's verdict on 3x is stale"
     assert moe["ops"] == 7324 and "7,324 ops a plain pass" in readme
