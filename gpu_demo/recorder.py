@@ -269,7 +269,6 @@ class CaptureRecorder(QuickDispatchMode):
         super().__init__()
         self.trace = Trace(meta=dict(meta or {}))
         self.graph: int | None = None
-        self._pool = DEFAULT_POOL   # the memory pool allocations go to now: the open graph's, else the default
         self.device = device or cuda_device()
         self.eager = eager
         self.capture_ended: list[Callable[[int], None]] = []
@@ -417,7 +416,6 @@ class CaptureRecorder(QuickDispatchMode):
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
         self.graph, self._frontier, self._mutated, self._stream_keys = graph, {}, set(), {}
-        self._pool = graph_pool(graph)
         self._route_allocations()
         self._enter_dispatch()
         return graph
@@ -425,7 +423,6 @@ class CaptureRecorder(QuickDispatchMode):
     def _end(self, error: BaseException | None) -> None:
         opened, self._open = self._open, None
         self.graph, self._mutated, self._stream_keys = None, set(), {}
-        self._pool = DEFAULT_POOL
         self._route_allocations()
         self._host_reads.disarm()
         self._leave_dispatch()
@@ -613,21 +610,13 @@ class CaptureRecorder(QuickDispatchMode):
         return out
 
     def _op(self, plan: _OpPlan, args, kwargs):  # noqa: ANN001
-        """An op that launches a kernel: its arguments frozen before it runs, its results after.
-        (Most ops come here: ``_made_by``'s one-tensor case is inlined.)"""
+        """An op that launches a kernel: its arguments frozen before it runs, its results after."""
         given = _tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
         out = plan.call(*args, **kwargs)
         stream = self._stream()
-        if type(out) is _Tensor:
-            made = (out,)
-            for _, t, _ in given:
-                if t is out:   # an in-place op returns what it was given
-                    made = ()
-                    break
-        else:
-            made = _made_by(out, given)
+        made = _made_by(out, given)
         if made:
             frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
         if self._pending.pointers:
@@ -714,8 +703,7 @@ class CaptureRecorder(QuickDispatchMode):
             pending = self._pending.pointers
             if pending and block in pending:
                 pending.remove(block)
-                self.trace.records.append(Alloc(next(self._steps), (_now() - self._t0) / 1000, handle.id,
-                                                handle.label, block, blocks[block][0], made_on, self._pool))
+                self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
         left = nbytes - (ptr - block)
         return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), t.nbytes, access,
                    left if left > 0 else 0)
@@ -739,7 +727,7 @@ class CaptureRecorder(QuickDispatchMode):
                 handle = self._handle(t)
                 self._blocks[ptr] = (nbytes, handle)
                 stream = stream or self._stream()
-                self._add(Alloc, handle.id, handle.label, ptr, nbytes, stream, self._pool)
+                self._add(Alloc, handle.id, handle.label, ptr, nbytes, stream, self._pool())
         self._unclaimed()
 
     def _unclaimed(self) -> None:
@@ -749,11 +737,13 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _free(self, ptr: int, nbytes: int, label: str) -> None:
         stream = self._made_on.get(ptr) or self._stream()
-        self.trace.records.append(Free(next(self._steps), (_now() - self._t0) / 1000, label, ptr, nbytes, stream,
-                                       self._pool, self.graph))   # ``_add``, inlined
+        self._add(Free, label, ptr, nbytes, stream, self._pool(), self.graph)
 
     def _freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self.trace.records[start:])
+
+    def _pool(self) -> str:
+        return DEFAULT_POOL if self.graph is None else graph_pool(self.graph)
 
     # -- small helpers -----------------------------------------------------------
 
