@@ -204,3 +204,19 @@ def test_the_readme_quotes_the_committed_recorder_overhead():
                (False, False): "Recording is not free, and it misses the 3x we aimed for."}
     assert verdict[moe["within_target"], plain["within_target"]] in readme, "the README's verdict on 3x is stale"
     assert moe["ops"] == 7324 and "7,324 ops a plain pass" in readme
+
+
+def test_the_readme_quotes_the_committed_cpp_observer_run():
+    """The C++ observer figures the README sets beside the dispatch mode's are the committed run's."""
+    results = load("cpp-observer")
+    provenance = results["provenance"]
+    assert set(provenance) == PROVENANCE and "H200" in provenance["gpu"]
+    assert provenance["command"].startswith("python benchmarks/cpp_observer/measure.py")
+    moe, plain = results["moe_stack"], results["plain_pytorch_stack"]
+    for stack in (moe, plain):   # below Python there is room: the observer beats the empty mode
+        assert 1 < stack["cpp_observer_ratio"] < stack["floor_ratio"]
+        assert stack["observer_ops"] >= stack["observer_outermost_ops"] and stack["tensors_frozen"] > stack["ops"]
+    readme = " ".join((RESULTS.parent.parent / "README.md").read_text().split())
+    assert (f"took {moe['cpp_observer_ratio']:.2f} times the untraced warm-up and capture of the MoE stack and "
+            f"{plain['cpp_observer_ratio']:.2f} times for the plain-PyTorch one, where the empty dispatch mode "
+            f"took {moe['floor_ratio']:.2f} and {plain['floor_ratio']:.2f}") in readme
