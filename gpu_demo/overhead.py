@@ -55,14 +55,13 @@ import gc
 import os
 import statistics
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn as nn
 from simlib.checker import check
 from simlib.spec import MoEConfig
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import graphs
 from .dispatch_mode import QuickDispatchMode, op_caller
@@ -191,8 +190,9 @@ def _dry_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
         fn(*inputs)
 
 
-def _timed(one_pass: Callable[[], None], clock: Clock, mode: Callable[[], TorchDispatchMode] | None = None,
-           ) -> Callable[[], float]:
+def timed(one_pass: Callable[[], None], clock: Clock,
+          mode: Callable[[], AbstractContextManager[Any]] | None = None) -> Callable[[], float]:
+    """A function that times one pass, inside ``mode()`` (a dispatch mode...) if given."""
     def run() -> float:
         started = clock()
         if mode is None:
@@ -222,7 +222,8 @@ def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor], clock: C
     return run
 
 
-def _ops_in(one_pass: Callable[[], None]) -> int:
+def ops_in(one_pass: Callable[[], None]) -> int:
+    """The ops one pass dispatches."""
     with EmptyDispatchMode() as counter:
         one_pass()
     return counter.ops
@@ -234,8 +235,8 @@ def _measure(fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int,
     def run() -> None:
         one_pass(fn, inputs)
 
-    return compare(_timed(run, clock), _timed_recorded(fn, inputs, clock), repeats,
-                   floor=_timed(run, clock, EmptyDispatchMode), ops=_ops_in(run), untraced=untraced)
+    return compare(timed(run, clock), _timed_recorded(fn, inputs, clock), repeats,
+                   floor=timed(run, clock, EmptyDispatchMode), ops=ops_in(run), untraced=untraced)
 
 
 def moe_stack(layers: int, settings: RunSettings, **sizes: int) -> Stack:

@@ -11,11 +11,11 @@ writes no records: turning the log into a trace, and checking it, would come on
 top. It also sees every op an op calls through the dispatcher (``observer_ops``
 against the dispatch mode's ``ops``), more than a recorder would keep.
 
-Each repeat times one pass of each, interleaved, on one CPU core: ``untraced``
-(warm-up and capture, as ``gpu_demo.overhead.gpu_pass``), ``cpp_observer`` (the
-same with the observer on) and ``floor`` (the same under
-``gpu_demo.overhead.EmptyDispatchMode``). Ratios are medians of each pass over
-the untraced pass of its repeat. This process never turns torch's GPU-trace
+Each repeat times one pass of each, interleaved, on one CPU core, the way
+``gpu_demo.overhead`` times its floor (``timed``): ``untraced`` (warm-up and
+capture, ``gpu_demo.overhead.gpu_pass``), ``cpp_observer`` (the same with the
+observer on) and ``floor`` (the same under ``EmptyDispatchMode``). Ratios are
+medians of each pass over the untraced pass of its repeat. This process never turns torch's GPU-trace
 callbacks on, so none of the three pays for them.
 
     python benchmarks/cpp_observer/measure.py --out gpu_demo/results/cpp-observer-h200.json
@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from gpu_demo.overhead import STACKS, EmptyDispatchMode, gpu_pass
+from gpu_demo.overhead import STACKS, EmptyDispatchMode, gpu_pass, ops_in, timed
 from gpu_demo.provenance import provenance
 from gpu_demo.settings import RunSettings
 
@@ -55,33 +55,40 @@ def build() -> Any:
                          "(pip install ninja)") from exc
 
 
-def timed(one_pass: Callable[[], None]) -> float:
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    one_pass()
-    torch.cuda.synchronize()
-    return time.perf_counter() - started
+class Observing:
+    """The observer on inside (a ``mode`` for ``gpu_demo.overhead.timed``); after, ``counts``:
+    (ops seen, of them called from no other op, tensors frozen)."""
+
+    def __init__(self, observer: Any) -> None:
+        self.observer = observer
+        self.counts: tuple[int, int, int] = (0, 0, 0)
+
+    def __enter__(self) -> "Observing":
+        self.observer.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.counts = tuple(self.observer.stop())
 
 
 def measure(observer: Any, fn: Callable[..., Any], inputs: list[torch.Tensor], repeats: int) -> dict[str, Any]:
     def one_pass() -> None:
         gpu_pass(fn, inputs)
 
-    with EmptyDispatchMode() as counter:
-        one_pass()   # also compiles and fills the allocator's caches, like the passes below
-    observer.start()
-    one_pass()
-    observer_ops, outermost, tensors = observer.stop()
-    samples: dict[str, list[float]] = {"untraced": [], "cpp_observer": [], "floor": []}
+    ops = ops_in(one_pass)   # also compiles and fills the allocator's caches, like the passes below
+    observing = Observing(observer)
+    with observing:
+        one_pass()
+    observer_ops, outermost, tensors = observing.counts
+    passes = {"untraced": timed(one_pass, time.perf_counter),
+              "cpp_observer": timed(one_pass, time.perf_counter, lambda: observing),
+              "floor": timed(one_pass, time.perf_counter, EmptyDispatchMode)}
+    samples: dict[str, list[float]] = {name: [] for name in passes}
     for _ in range(repeats):
-        samples["untraced"].append(timed(one_pass))
-        observer.start()
-        samples["cpp_observer"].append(timed(one_pass))
-        observer.stop()
-        with EmptyDispatchMode():
-            samples["floor"].append(timed(one_pass))
+        for name, run in passes.items():
+            samples[name].append(run())
     untraced = samples["untraced"]
-    result: dict[str, Any] = {"ops": counter.ops, "observer_ops": observer_ops, "observer_outermost_ops": outermost,
+    result: dict[str, Any] = {"ops": ops, "observer_ops": observer_ops, "observer_outermost_ops": outermost,
                               "tensors_frozen": tensors}
     for name, times in samples.items():
         result[f"{name}_s"] = {"median": round(statistics.median(times), 4),
