@@ -11,7 +11,7 @@ python3 -m gpu_demo bench
 python3 -m gpu_demo bench --host-costs
 python3 -m gpu_demo decode --layers 4 --steps 32 --jobs 3
 cp gpu_demo/results/*-h200.json "$OUT/"
-python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/test_gpu_demo_gpu.py
+python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/gpu_demo/moe/test_moe_gpu.py
 for order in shared_first routed_first; do
   python3 -m gpu_demo record --order "$order" --trace-out "$OUT/trace-$order.json"
   echo "record --order $order exit: $?"

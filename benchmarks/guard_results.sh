@@ -12,5 +12,5 @@ python3 -m gpu_demo recorder-overhead --layers 61 --repeats 15
 echo "recorder-overhead exit: $?"
 cp gpu_demo/results/corpus-h200.json gpu_demo/results/recorder-overhead-h200.json "$OUT/"
 python3 -m gpu_demo corpus --summary
-python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/test_guard.py 2>&1 | tail -25
+python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/gpu_demo/guard/test_guard.py 2>&1 | tail -25
 LAB_LAYER=gpu_demo.lab.my_layer_solution:make python3 -m pytest -q -p no:cacheprovider -o addopts= gpu_demo/lab/test_my_layer.py 2>&1 | tail -3

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from gpu_demo.cli.main import main
 
 sys.exit(main())

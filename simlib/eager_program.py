@@ -8,7 +8,7 @@ only the launches of the story, about a dozen, and is the reference for what
 eager *computes*; this program is the reference for how long it *takes*.
 
 It replays the op sequence that ``python -m gpu_demo bench --host-costs``
-recorded from the real module (``gpu_demo.moe``) on a GPU: for each top-level
+recorded from the real module (``gpu_demo.moe.model``) on a GPU: for each top-level
 aten op, the host spends Python time (a cost per op, plus a cost per
 ``nn.Module`` call entered before it), the op's dispatch time for its kind
 (``view``, ``indexing``, ``matmul``, ...), then one launch call per kernel

@@ -3,7 +3,7 @@
 ``H200`` holds the values ``python -m gpu_demo bench`` read off an NVIDIA H200
 (driver 580.159.04, CUDA 13.0, torch 2.11.0, Triton 3.6.0) on 2026-11-29,
 committed in ``gpu_demo/results/calibration-h200.json`` and
-``bench-h200.json``; ``tests/test_fidelity.py`` keeps the two in step.
+``bench-h200.json``; ``tests/gpu_demo/measure/test_fidelity.py`` keeps the two in step.
 Where the real module and the simulated program split a role into different
 numbers of kernels, the role's measured total is divided evenly over the
 simulated kernels, so each role costs what it costs on the GPU.

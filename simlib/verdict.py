@@ -8,7 +8,7 @@ way) while the checker finds only races (rule 3 ``cross_stream_race`` or rule
 4 ``reuse_after_free``, the warnings) is ``unordered``: a race the hardware
 has not lost yet. Anything else keeps the replays' outcome.
 
-The README's scenario table (``gpu_demo.conformance``), the headline, the
+The README's scenario table (``gpu_demo.measure.conformance``), the headline, the
 pictures' badges, the explorer and the lab all call ``verdict`` here, so they
 cannot disagree about shared-first.
 """

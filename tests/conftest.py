@@ -1,14 +1,16 @@
-"""Fixtures shared by the simulator's story tests."""
+"""Marks that hold across the suite: a ``gpu`` test is skipped, with the reason, where no CUDA device is."""
 
 import pytest
 
-from simlib import Runtime
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch   # only where a GPU test was collected: the simulator's tests never import torch
 
-@pytest.fixture
-def rt():
-    """A runtime whose current stream is a fresh non-default stream, ``main``."""
-    rt = Runtime()
-    main = rt.Stream("main")
-    with rt.stream(main):
-        yield rt
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in gpu_tests:
+        item.add_marker(skip)

@@ -1,12 +1,12 @@
 """Run the corpus on a GPU: what the device did, and what the guard said.
 
-For each program, in its own child process (``gpu_demo.child``):
+For each program, in its own child process (``gpu_demo.protocol.child``):
 
 * **truth**: build the program twice under one seed (the captured instance and
   an eager reference that never takes part in the capture, so it cannot repair
   or spoil the captured static buffers), warm up, capture, and replay with fresh
   inputs, comparing each replay with the reference run *after* it on the same
-  input (the protocol of ``gpu_demo.harness``). The outcome is a
+  input (the protocol of ``gpu_demo.moe.harness``). The outcome is a
   ``simlib.glossary`` word, with the error of every replay;
 * **guard**: ``gpu_demo.guard.check_capture`` on ``gpu_demo.corpus.<name>:make``
   (recording and checker, plus its own differential replay in its own child).
@@ -14,7 +14,7 @@ For each program, in its own child process (``gpu_demo.child``):
 A program is **flagged** when the guard names its hazard: a checker rule fired,
 or the differential replay showed ``silent_wrong`` or ``illegal_address``, or
 the capture failed and the guard named the CUDA error (``capture_error:<cudaError...>``
-or ``capture_error:shape_mismatch``, classified by ``gpu_demo.outcomes``). A
+or ``capture_error:shape_mismatch``, classified by ``gpu_demo.protocol.cuda_errors``). A
 capture that failed with an unclassified exception, or a child that died, does
 not count: a crash is not a diagnosis. A safe program must come out clean: no
 finding, verdict ``correct``, and a correct truth.
@@ -31,10 +31,10 @@ from typing import Any, Callable, Sequence
 import torch
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
 
-from .. import corpus
-from ..child import run_in_child
-from ..diffreplay import fresh_like, replay_and_compare
-from ..settings import DTYPES
+from gpu_demo import corpus
+from gpu_demo.protocol.child import run_in_child
+from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
+from gpu_demo.protocol.tolerance import DTYPES
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
 NAMED_CAPTURE_ERROR = re.compile(r"^capture_error:(cudaError\w+|shape_mismatch)$")
@@ -44,7 +44,7 @@ README_PLACEHOLDER = ("The corpus has not been run on a GPU yet: `python -m gpu_
 
 
 def truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """The GPU's truth for one program (``gpu_demo.child`` entry; needs CUDA)."""
+    """The GPU's truth for one program (``gpu_demo.protocol.child`` entry; needs CUDA)."""
     program = corpus.load(payload["name"])
     device, dtype, seed = torch.device("cuda"), DTYPES[payload["dtype"]], payload["seed"]
     torch.manual_seed(seed)
@@ -64,7 +64,7 @@ def truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]
 def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,
                 timeout: float = 300.0) -> dict[str, Any]:
     """Truth and guard for one program, each in its own process."""
-    from ..guard import check_capture
+    from gpu_demo.guard.check import check_capture
 
     program = corpus.load(name)
     truth = run_in_child(f"{__name__}:truth_in_child",

@@ -22,7 +22,7 @@ Check it:  python -m gpu_demo check gpu_demo.lab.my_layer_solution:make --strict
 
 import torch
 
-from . import my_layer
+from gpu_demo.lab import my_layer
 
 
 class MyLayer(my_layer.MyLayer):

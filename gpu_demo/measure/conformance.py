@@ -1,0 +1,111 @@
+"""The simulator's predicted outcomes next to the H200's, scenario by scenario.
+
+Every scenario of ``simlib.spec.MATRIX`` is defined once; ``gpu_demo run
+--matrix`` ran each on a real H200 (``results/matrix-h200.json``) and simlib
+predicts each here, with the calibrated ``H200`` timing profile.
+
+A prediction is a *set* of outcomes: ``simlib.schedules.explore`` replays the
+scenario as the profile times it and then once per order of every race (two
+graph nodes that touch the same bytes, one writing, with no path between
+them), and the set holds what those schedules produced. A scenario without a
+race predicts one outcome; a race predicts each outcome a schedule can give,
+with the schedule that gives it (``unordered`` in the glossary's words).
+Prediction and GPU **agree when the outcome the GPU showed is in the set**:
+a race agrees with "correct" only if some schedule is right, and with
+"silently wrong" only if some schedule is wrong.
+
+Schedules are explored over at most ``simlib.verdict.EXPLORED_REPLAYS`` replays: a schedule
+repeats on every replay, and from the second replay on memory holds what the
+previous one left, so later replays add nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from simlib.checker import check
+from simlib.glossary import UNORDERED
+from simlib.headline import load_gpu_results
+from simlib.spec import CORRECT, SILENT_WRONG, MoEConfig
+from simlib.verdict import agrees, possible_outcomes, verdict
+
+from gpu_demo.measure.provenance import RESULTS_DIR
+from gpu_demo.moe.harness import count_wrong
+
+RESULTS = RESULTS_DIR / "matrix-h200.json"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    outcomes: frozenset[str]   # every outcome some schedule of the replays produced
+    simulated: str             # the replay as the profile times it
+    outcome: str               # the verdict (simlib.verdict): ``unordered`` where the checker finds a race
+    rules: tuple[str, ...]     # checker findings, as "rule N (code)"
+    schedules: str             # which schedule gives which outcome (exploration.describe())
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    predicted: Prediction
+    gpu: str
+    agree: bool
+    gpu_wrong: tuple[int, int] | None   # (wrong replays, replays) the GPU ran, when it replayed
+
+
+def predict(config: MoEConfig) -> Prediction:
+    """Every outcome the simulated scenario's schedules produce, with the checker's findings."""
+    exploration = possible_outcomes(config)
+    findings = check(exploration.default.trace)
+    rules = tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in findings))
+    return Prediction(exploration.outcomes, exploration.default.outcome,
+                      verdict(exploration.default.outcome, findings), rules, exploration.describe())
+
+
+def rows(path: Path = RESULTS) -> list[Row]:
+    """One row per scenario the GPU ran, in the order of the results file."""
+    try:
+        gpu = load_gpu_results(Path(path))
+        if gpu is None:
+            raise FileNotFoundError("no such file")
+    except (OSError, KeyError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read GPU outcomes from {path}: {exc}. Record them on a GPU "
+                         "with `python -m gpu_demo run --matrix`.") from None
+    out = []
+    for config, case in gpu.cases.items():
+        p = predict(config)
+        errors = case.get("errors") or []
+        wrong = count_wrong(errors, case["tolerance"])
+        out.append(Row(case["name"], p, case["outcome"], agrees(p.outcomes, case["outcome"]),
+                       None if wrong is None else (wrong, len(errors))))
+    return out
+
+
+def format_table(table: list[Row]) -> str:
+    """A Markdown table: scenario, prediction, GPU outcome, agreement; then how agreement is defined."""
+    lines = ["| scenario | simulator predicts | H200 showed | agree | checker |",
+             "|---|---|---|---|---|"]
+    for r in table:
+        lines.append(f"| {r.name} | {_predicted(r.predicted)} | {_shown(r)} | "
+                     f"{'yes' if r.agree else 'NO'} | {', '.join(r.predicted.rules) or 'clean'} |")
+    agreed = sum(r.agree for r in table)
+    lines.append(f"\n{agreed} of {len(table)} scenarios agree. A prediction is every outcome the "
+                 "simulated replays can have: as the profile times them, and with each race ordered "
+                 "either way; it agrees when the GPU's outcome is one of them.")
+    return "\n".join(lines)
+
+
+def _predicted(p: Prediction) -> str:
+    if len(p.outcomes) == 1:
+        return p.simulated
+    return f"{UNORDERED}: {p.schedules}"
+
+
+def _shown(r: Row) -> str:
+    """The GPU's outcome; for a race, how many replays ran a wrong schedule."""
+    if len(r.predicted.outcomes) == 1 or r.gpu_wrong is None or r.gpu not in (CORRECT, SILENT_WRONG):
+        return r.gpu
+    wrong, total = r.gpu_wrong
+    return f"{r.gpu} ({wrong} of {total} replays wrong)"

@@ -1,0 +1,13 @@
+"""The recorder: what a real PyTorch program froze, as a ``simlib.trace.Trace``.
+
+``recorder.CaptureRecorder`` is a dispatch mode that writes every op down as the
+host issued it; ``capture.record_capture`` runs warm-up, capture and replays
+under it (``dry_run``: on CPU tensors, nothing captured). Its senses:
+``hooks`` (torch's GPU-trace callbacks: events, allocations, syncs),
+``patches`` (``torch.cuda.graph`` and direct Triton launches),
+``host_reads`` (shape reads during capture), ``triton_access`` (what a Triton
+kernel writes, from its source), ``op_plans`` (what an op reads and writes, from
+its schema), ``device`` (the current stream), ``naming`` (readable stream and
+tensor names), ``annotate`` (optional labels a program may add). For any
+program: imports nothing from the MoE demo.
+"""

@@ -1,0 +1,95 @@
+"""``record_capture``: the warm-up, capture and replays of one function, recorded.
+
+The protocol a recording follows, on a GPU for real and on a CPU as the dry run
+(``gpu_demo.record.dry_run``): the recorder (``gpu_demo.record.recorder``)
+writes down what each step froze.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from simlib.trace import Trace
+
+from gpu_demo.protocol import capture_replay
+from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error
+from gpu_demo.record.device import cpu_device, cuda_device
+from gpu_demo.record.dry_run import dry_capture
+from gpu_demo.record.recorder import CaptureRecorder
+
+
+def record_capture(
+    fn: Callable[..., Any],
+    inputs: Sequence[torch.Tensor],
+    *,
+    replays: int = 3,
+    refresh: str = "fresh",
+    meta: dict[str, Any] | None = None,
+) -> Trace:
+    """Record the last warm-up call, the capture and ``replays`` replays of ``fn(*inputs)``.
+
+    On a GPU the warm-up is ``capture_replay.warm_up``'s two eager calls, and only the
+    second is recorded: the first initialises lazily (cuBLAS handles, Triton
+    compiles and autotuning, the allocator's pool), none of which a replay
+    sees, and what it leaves behind that the graph reads, the second call
+    either writes again (and is recorded writing it) or leaves alone, as every
+    later eager call does. Recording it would make the trace a third longer
+    and show nothing about the capture.
+
+    ``inputs`` are the captured input buffers. Before each replay they are
+    refreshed per ``refresh`` (``fresh`` random values, ``stale``: untouched,
+    ``same_as_eager``: the values the warm-up saw). On a GPU the capture and
+    replays are real; a capture error ends the recording (``Capture`` end with
+    ``error``, ``meta["capture_error"]``) and a replay fault adds a ``Fault``.
+    With inputs on the CPU (on any machine) it is a dry run: the capture runs
+    under ``dry_capture()`` and the replays are ``Replay`` records only.
+    """
+    on_gpu = any(t.is_cuda for t in inputs)
+    warm_values = [t.clone() for t in inputs]
+    recorder = CaptureRecorder({"recorder": "gpu_demo.record", "mode": "cuda" if on_gpu else "dry_run",
+                                "torch": torch.__version__, **(meta or {})},
+                               device=cuda_device() if on_gpu else cpu_device())
+    try:
+        if on_gpu:
+            capture_replay.warm_up(lambda: fn(*inputs), iterations=1)   # lazy initialisation: not recorded
+    except Exception as exc:  # a function that fails eagerly is a result too
+        return _failed(recorder.trace, exc)
+    with recorder:
+        try:
+            if on_gpu:
+                capture_replay.warm_up(lambda: fn(*inputs), iterations=1)
+                graph = torch.cuda.CUDAGraph()
+                with recorder.capturing(inputs) as graph_id, torch.cuda.graph(graph):
+                    fn(*inputs)
+            else:
+                with recorder.holding_storages():
+                    fn(*inputs)
+                    with recorder.capturing(inputs) as graph_id, dry_capture():
+                        fn(*inputs)
+        except Exception as exc:  # a capture that fails is a result, not a crash
+            return _failed(recorder.trace, exc)
+        for index in range(replays):
+            _refresh(inputs, warm_values, refresh)
+            if not on_gpu:
+                recorder.replay(graph_id, index)
+                continue
+            try:
+                graph.replay()  # recorded by the recorder's CUDAGraph.replay wrapper
+                torch.cuda.synchronize()
+            except RuntimeError as exc:
+                recorder.fault(exc)
+                break
+    return recorder.trace
+
+
+def _failed(trace: Trace, exc: BaseException) -> Trace:
+    trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
+    return trace
+
+
+def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str) -> None:
+    if how == "stale":
+        return
+    for t, warm in zip(inputs, warm_values):
+        t.copy_(warm if how == "same_as_eager" else torch.randn_like(t))

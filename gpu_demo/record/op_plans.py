@@ -1,0 +1,141 @@
+"""What the recorder does with one op, read from its schema once, and what an op was given.
+
+An ``OpOverload``'s schema says which parameters can hold tensors and which of
+them the op writes (an ``out=``, an overwrite such as ``copy_``, or any other
+in-place write). ``plan_of`` reads that once per overload into an ``OpPlan``;
+the recorder's per-op path then only looks the plan up. The helpers below
+pick an op's tensors out of its arguments and its result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from simlib.trace import Arg
+
+from gpu_demo.record.annotate import PDL_OPS
+from gpu_demo.record.dispatch_mode import op_caller
+
+aten = torch.ops.aten
+_Tensor = torch.Tensor
+
+_METADATA_MUTATIONS = {
+    aten.set_, aten.resize_, aten.resize_as_, aten.as_strided_, aten.squeeze_,
+    aten.unsqueeze_, aten.transpose_, aten.t_, aten.swapdims_, aten.swapaxes_, aten.detach_,
+}
+_NO_LAUNCH = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
+_OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, aten.random_}
+
+# What the recorder does with an op, decided once per OpOverload (``OpPlan``).
+MUTATE, VIEW, ITEM, NO_LAUNCH, LAUNCH = "mutate", "view", "item", "no_launch", "launch"
+# Schema types that never hold a tensor; a parameter of any other type is looked into.
+_NO_TENSOR_TYPE = re.compile(
+    r"(?:Optional|List|Device|Generator|bool|complex|float|int|SymInt|number|str|Storage|AnyEnumType"
+    r"|ScalarType|Layout|MemoryFormat|[\[\], ])+")
+
+
+@dataclass(frozen=True, slots=True)
+class OpPlan:
+    """What the recorder does with one ``OpOverload``, read from its schema once.
+
+    ``params`` are the parameters that can hold tensors: ``(position, name,
+    access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
+    ``copy_``) or ``rw`` (any other in-place write). ``call`` runs the op
+    (``dispatch_mode.op_caller``). ``op`` is the overload itself, held so that its
+    ``id`` (the key in ``PLANS``) stays its own.
+    """
+
+    op: Any
+    action: str
+    call: Callable[..., Any]
+    kernel: str
+    opname: str
+    params: tuple[tuple[int, str, str], ...]
+    pdl: bool
+
+
+# id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
+# ``OpOverload`` hashes in Python (``OpOverload.__hash__``), a frame on every op.
+PLANS: dict[int, OpPlan] = {}
+
+
+def plan_of(func: torch._ops.OpOverload) -> OpPlan:
+    packet = func.overloadpacket
+    if packet in _METADATA_MUTATIONS:
+        action = MUTATE
+    elif func.is_view:
+        action = VIEW
+    elif packet is aten._local_scalar_dense:
+        action = ITEM
+    elif packet in _NO_LAUNCH or packet is aten.detach:
+        action = NO_LAUNCH
+    else:
+        action = LAUNCH
+    params = []
+    for i, spec in enumerate(func._schema.arguments):
+        if _NO_TENSOR_TYPE.fullmatch(str(spec.type)):
+            continue
+        writes = spec.alias_info is not None and spec.alias_info.is_write
+        access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
+        params.append((i, spec.name, access))
+    kernel = str(func)
+    plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
+                                      kernel in PDL_OPS)
+    return plan
+
+
+def tensors_of(plan: OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, str]]:
+    """``(name, tensor, access)`` for each tensor an op was given, in schema order."""
+    found = []
+    count = len(args)
+    for position, name, access in plan.params:
+        value = args[position] if position < count else kwargs.get(name)
+        if isinstance(value, _Tensor):
+            found.append((name, value, access))
+        elif isinstance(value, (list, tuple)):
+            found += [(f"{name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, _Tensor)]
+    return found
+
+
+def made_by(out: Any, given: list[tuple[str, torch.Tensor, str]]) -> list[torch.Tensor]:
+    """The tensors in an op's result that it was not given (its new outputs)."""
+    if isinstance(out, torch.Tensor):
+        for _, t, _ in given:
+            if t is out:
+                return []
+        return [out]
+    given_ids = {id(t) for _, t, _ in given}
+    return [t for t in tensors_in(out) if id(t) not in given_ids]
+
+
+def tensors_in(out: Any) -> list[torch.Tensor]:
+    """The tensors in an op's result: a tensor, or a tuple or list of them (nested)
+    (``tree_flatten`` would leave a reference cycle behind on every call)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in tensors_in(item)]
+    return []
+
+
+def tensor_behind(value: Any) -> torch.Tensor | None:
+    """The tensor a Triton argument passes: itself, or a tensor descriptor's ``base``."""
+    if isinstance(value, torch.Tensor):
+        return value
+    base = getattr(value, "base", None)
+    return base if isinstance(base, torch.Tensor) else None
+
+
+def writes_only_empty(args: tuple[Arg, ...]) -> bool:
+    """True when the op writes something and everything it writes has zero elements
+    (PyTorch launches no kernel for it)."""
+    writes = False
+    for a in args:
+        if a.access != "r":
+            if a.numel:
+                return False
+            writes = True
+    return writes

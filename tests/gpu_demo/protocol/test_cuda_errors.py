@@ -1,0 +1,52 @@
+"""PyTorch's CUDA error messages as outcome words."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from simlib.checker import check
+from simlib.spec import MoEConfig
+from simlib.trace import EventOp, HostSync, Launch, Mutation, Replay, Trace
+from small_moe import CPU32, REPO, SMALL, SMALL_FLAGS, captured, no_cuda, reads_of_x, record, rules
+
+from gpu_demo import assert_capture_safe
+from gpu_demo.cli.main import _config, build_parser, main
+from gpu_demo.moe.kernels import swiglu
+from gpu_demo.moe.model import MoEStack, dispose_tensor
+from gpu_demo.moe.record import record_moe
+from gpu_demo.moe.settings import RunSettings
+from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error
+from gpu_demo.protocol.metric import relative_error
+from gpu_demo.record.dry_run import dry_capture
+
+
+@pytest.mark.parametrize("message, outcome", [
+    ("CUDA error: operation not permitted when stream is capturing", "capture_error:cudaErrorStreamCaptureUnsupported"),
+    ("CUDA error: capture sequence contains a fork that was not joined to the primary stream",
+     "capture_error:cudaErrorStreamCaptureUnjoined"),
+    ("CUDA error: operation failed due to a previous error during capture\nSearch for "
+     "`cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com", "capture_error:cudaErrorStreamCaptureInvalidated"),
+    ("The size of tensor a (512) must match the size of tensor b (0) at non-singleton dimension 1",
+     "capture_error:shape_mismatch"),
+    ("CUDA error: an illegal memory access was encountered", "illegal_address"),
+    ("something else entirely", "capture_error:RuntimeError"),
+    ("The tensor has a non-zero number of elements, but its data is not allocated yet.\nIf you're using",
+     "capture_error:storage_not_allocated"),
+    ("both arguments to linear need to be at least 1D, but they are 0D and 2D", "capture_error:shape_mismatch"),
+])
+def test_torch_error_messages_map_to_the_outcome_vocabulary(message, outcome):
+    assert classify_capture_failure(RuntimeError(message)) == outcome
+
+
+def test_the_first_error_of_a_chain_is_reported():
+    try:
+        try:
+            raise RuntimeError("The size of tensor a (16) must match the size of tensor b (0)")
+        finally:
+            raise RuntimeError("CUDA error: capture sequence contains a fork that was not joined")
+    except RuntimeError as exc:
+        assert classify_capture_failure(first_error(exc)) == "capture_error:shape_mismatch"
