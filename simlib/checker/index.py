@@ -1,7 +1,10 @@
 """The checker's one pass over a trace: per graph, what its capture produced; per tensor, its views.
 
 Every rule reads this index instead of the records, so the trace is walked
-once.
+once. The view links come from recorded traces too, where nothing promises
+they form a tree: the walks over them visit each view once (see
+``Index.emptied_lineage`` and ``Index.views_taken_of``), so a check ends on
+any trace.
 """
 
 from __future__ import annotations
@@ -70,21 +73,29 @@ class Index:
         return self.graphs[gid]
 
     def emptied_lineage(self, tensor: TensorId) -> Iterator[TensorId]:
-        """``tensor``, then the bases it views while it was taken of an emptied storage."""
+        """``tensor``, then the bases it views while it was taken of an emptied storage
+        (each once: in a recorded trace two views can name each other as base)."""
         yield tensor
+        seen = {tensor}
         view = self.views.get(tensor)
-        while view is not None and view.ptr == 0:
+        while view is not None and view.ptr == 0 and view.base not in seen:
+            seen.add(view.base)
             yield view.base
             view = self.views.get(view.base)
 
     def views_taken_of(self, tensor: TensorId, after: int) -> Iterator[View]:
         """The views of ``tensor`` taken after step ``after``, then every view of those
-        (whenever taken: a view of a view inherits its base's storage)."""
+        (whenever taken: a view of a view inherits its base's storage). Each view once,
+        and never ``tensor`` itself again, should the links lead back to it."""
         todo = [v for v in self.views_of.get(tensor, ()) if v.step > after]
+        seen = {id(v) for v in todo}
         while todo:
             view = todo.pop()
             yield view
-            todo += self.views_of.get(view.tensor, ())
+            for v in self.views_of.get(view.tensor, ()):
+                if id(v) not in seen and v.tensor != tensor:
+                    seen.add(id(v))
+                    todo.append(v)
 
 
 def index_trace(trace: Trace) -> Index:
@@ -107,7 +118,7 @@ def index_trace(trace: Trace) -> Index:
             index.graph(r.graph).mutations.append(r)
         elif kind is HostRead and r.graph is not None:
             index.graph(r.graph).host_reads.append(r)
-        elif kind is View:
+        elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
             index.views[r.tensor] = r
             index.views_of[r.base].append(r)
         elif kind is Alloc:
