@@ -128,12 +128,15 @@ def _layers(nodes: Iterable[Launch]) -> dict[int, int]:
 
 def _critical_path(nodes: dict[int, Launch], spans: dict[int, DeviceSpan],
                    layer_of: dict[int, int]) -> tuple[PathStep, ...]:
-    """Walk back from the last kernel to end, always through the latest-ending dependency."""
+    """Walk back from the last kernel to end, always through the latest-ending dependency
+    not on the path yet (a loaded trace's deps may form a cycle; a replay's never do)."""
     lid: int | None = max(spans, key=lambda i: (spans[i].end_us, i))
     path: list[PathStep] = []
+    visited: set[int] = set()
     while lid is not None:
         node, span = nodes[lid], spans[lid]
-        deps = [d for d in node.deps if d in spans]
+        visited.add(lid)
+        deps = [d for d in node.deps if d in spans and d not in visited]
         prev = max(deps, key=lambda d: (spans[d].end_us, nodes[d].stream == node.stream),
                    default=None)
         via, gap = None, 0.0

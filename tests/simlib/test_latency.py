@@ -6,11 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deadline import within
+
 from simlib.latency import (CROSS_STREAM, PDL, PLACEMENTS, compare, format_table,
-                            replay_latency)
+                            replay_latency, replay_timing)
 from simlib.spec import MoEConfig
 from simlib.timing import Profile
-from simlib.trace import DeviceSpan
+from simlib.trace import DeviceSpan, Launch, Trace
 
 # Captures correctly in both issue orders, so only timing is compared.
 SAFE = MoEConfig(dispose="skip_in_capture")
@@ -129,6 +131,19 @@ def test_step_time_is_first_replay_start_to_last_end():
     spans = [s for s in result.trace.of(DeviceSpan) if s.phase == "replay" and s.replay == 0]
     expected = max(s.end_us for s in spans) - min(s.start_us for s in spans)
     assert replay_latency(MAIN_PDL).step_us == pytest.approx(expected)
+
+
+def test_the_critical_path_ends_when_a_loaded_traces_deps_form_a_cycle():
+    """Two nodes that each name the other as dep (no replay makes that, a hand-edited or
+    corrupt trace can): the walk back visits each once."""
+    def node(lid: int, dep: int, start: float, end: float) -> tuple[Launch, DeviceSpan]:
+        return (Launch(lid, 0.0, lid, "k", f"k{lid}", "other", "main", (), 0, deps=(dep,)),
+                DeviceSpan(9, 0.0, lid, "main", start, end, "replay", 0))
+    records = [r for pair in (node(0, 1, 0.0, 1.0), node(1, 0, 1.0, 3.0)) for r in pair]
+    with within(10):
+        step_us, _, path = replay_timing(Trace(records=records))
+    assert step_us == 3.0
+    assert [s.label for s in path] == ["k0", "k1"]
 
 
 def test_a_failed_capture_has_no_latency_and_says_why():

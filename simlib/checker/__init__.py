@@ -1,0 +1,98 @@
+"""The capture-hazard checker: what will a replay get wrong, read from a trace alone.
+
+``check(trace)`` takes plain records (simulated by simlib or recorded from
+real PyTorch by gpu_demo) and returns one ``Finding`` per hazard: failed
+captures first, then by host step. It never needs the engine's objects: tensor
+ids, pointers, steps, graph edges and allocator blocks are all in the trace.
+One module per rule (``rule_*``), over one index of the trace (``index``); the
+findings and their report are in ``findings``.
+
+Rules (severity ``error``: wrong on every replay, or no graph at all;
+``warning``: unordered, a race the hardware may not have lost yet):
+
+0. ``capture_failed`` (error): a capture ended with an error, so there is no
+   graph. It is reported first, with what the error means; a graph that never
+   existed gets no other finding (no races, nothing frozen).
+1. ``host_mutation`` (error): during a capture, the host changed a tensor's
+   metadata (``set_``, ``resize_``) and then used it: a captured launch or an
+   op that launched nothing, a host read of its changed shape (``x.shape``,
+   ``numel()``: host code branches on it, so the op it guards may leave no
+   node at all), or, when nothing else used it, a view taken of it afterwards.
+   Replays never rerun host code, so they all get what the host did after the
+   change. (A change before the capture is seen alike by the capture and by
+   eager runs, so it is not one.)
+2. ``empty_argument`` (error): a captured launch, or an op that launched
+   nothing because its outputs were empty, got a tensor empty (0 elements)
+   or null (pointer 0) although the same tensor was non-empty earlier in the
+   capture. A view of an emptied tensor counts as that tensor. Reported once
+   per tensor, at its first such launch.
+
+   Rules 1 and 2 say, for each consumer, what the graph holds for it in the
+   words of ``simlib.glossary.GRAPH_HOLDS``: a node whose frozen pointer is 0
+   (a raw kernel: replays fault), no node at all (PyTorch launched nothing:
+   the output keeps what it held), or, for a host read, only what host code
+   issued after branching on the emptied shape.
+3. ``cross_stream_race`` (warning): two nodes of one graph touch overlapping
+   addresses, at least one writes, and no path in the graph (``Launch.deps``)
+   orders them.
+4. ``reuse_after_free`` (warning): the same, where the two nodes straddle a
+   free during capture of a block covering the overlap: the later node uses
+   the block the graph's pool handed out again while the earlier one may
+   still be using the old contents. Reported once per free, never as rule 3.
+5. ``stale_input`` (error): a replay ran with no eager write into one of the
+   graph's static inputs since the capture ended or the previous replay.
+6. ``extent_exceeds_storage`` (error): a captured launch touches more bytes at
+   an argument (``Arg.nbytes``: its elements, or a raw kernel's declared size)
+   than lie behind its pointer (``Arg.storage_nbytes``; none behind pointer
+   0): every replay reads past the end into neighbouring data, writes over it,
+   or faults at address 0. An argument rule 2 reports is not reported again:
+   rule 2 names the cause (emptied during the capture), this rule covers every
+   other way a pointer ends up short of its extent.
+7. ``frozen_state`` (error): the graph reads an address range that no captured
+   node writes and that eager launches before the capture (the warm-up) wrote
+   with data derived from the graph's static inputs (``Capture.inputs``;
+   derived: written by an eager launch that read such data, followed in
+   record order; a freed or reallocated block holds nothing). Every replay
+   reads the warm-up's value, whatever its input. The finding names the
+   warm-up op that wrote it and, when the capture emptied a tensor before the
+   graph's first read, that mutation as what stopped the capture writing it
+   (with the op that then launched nothing, or the host read of the emptied
+   shape that skipped it). Ranges written eagerly after the capture began
+   (refreshed like an input) are not reported; a constant computed from
+   nothing input-derived is not either (ops that read only a template's
+   shape, ``*_like`` and ``new_*``, derive nothing from it).
+"""
+
+from __future__ import annotations
+
+from ..trace import Trace
+from .findings import ERROR, WARNING, Finding, format_report
+from .index import index_trace
+from .rule_capture_failed import capture_failed
+from .rule_empty_argument import empty_arguments, emptied_tensors
+from .rule_extent import short_extents
+from .rule_frozen_state import frozen_state
+from .rule_host_mutation import host_mutations
+from .rule_races import races
+from .rule_stale_input import stale_inputs
+
+__all__ = ["ERROR", "WARNING", "Finding", "check", "format_report"]
+
+
+def check(trace: Trace) -> list[Finding]:
+    """Every capture hazard in ``trace``: failed captures first, then by step (empty: clean)."""
+    index = index_trace(trace)
+    findings: list[Finding] = []
+    for g in index.graphs.values():
+        if g.failed:
+            findings.append(capture_failed(g))
+            continue
+        findings += host_mutations(g, index)
+        emptied = emptied_tensors(g, index)
+        findings += empty_arguments(g, emptied)
+        findings += short_extents(g, emptied)
+        findings += races(g)
+    findings += frozen_state(index)
+    findings += stale_inputs(trace, index)
+    return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
+

@@ -1,0 +1,73 @@
+"""Address ranges with a value each, found by overlap: what rule 7 follows data through."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Generic, Iterable, Iterator, TypeVar
+
+from ..trace import DataPtr
+
+
+V = TypeVar("V")
+
+
+class Intervals(Generic[V]):
+    """Address ranges ``[lo, hi)``, each with a value; finds the ones overlapping a range.
+
+    Keys stay sorted, so a query bisects to the first range starting at or past
+    ``hi`` and walks back only as far as the longest range could reach.
+    """
+
+    def __init__(self, items: Iterable[tuple[tuple[DataPtr, DataPtr], V]] = ()) -> None:
+        self._keys: list[tuple[DataPtr, DataPtr]] = []
+        self._values: dict[tuple[DataPtr, DataPtr], V] = {}
+        self._longest = 0
+        self.update(items)
+
+    def update(self, items: Iterable[tuple[tuple[DataPtr, DataPtr], V]]) -> None:
+        """Add many ranges at once (one sort; a later value for a range replaces an earlier)."""
+        self._values.update(items)
+        self._keys = sorted(self._values)
+        self._longest = max((hi - lo for lo, hi in self._keys), default=0)
+
+    def put(self, lo: DataPtr, hi: DataPtr, value: V) -> None:
+        key = (lo, hi)
+        if key not in self._values:
+            bisect.insort(self._keys, key)
+            self._longest = max(self._longest, hi - lo)
+        self._values[key] = value
+
+    def get(self, lo: DataPtr, hi: DataPtr) -> V | None:
+        return self._values.get((lo, hi))
+
+    def __contains__(self, key: tuple[DataPtr, DataPtr]) -> bool:
+        return key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def items(self) -> Iterator[tuple[tuple[DataPtr, DataPtr], V]]:
+        return ((key, self._values[key]) for key in self._keys)
+
+    def overlapping(self, lo: DataPtr, hi: DataPtr) -> list[tuple[tuple[DataPtr, DataPtr], V]]:
+        keys, found = self._keys, []
+        i = bisect.bisect_left(keys, (hi,))
+        while i:
+            i -= 1
+            key = keys[i]
+            if key[0] + self._longest <= lo:
+                break                    # this range and every one starting earlier end before lo
+            if key[1] > lo:
+                found.append((key, self._values[key]))
+        return found
+
+    def clear(self, lo: DataPtr, hi: DataPtr) -> None:
+        """Forget every range that starts in ``[lo, hi)``."""
+        keys = self._keys
+        first = bisect.bisect_left(keys, (lo,))
+        if first == len(keys) or keys[first][0] >= hi:
+            return
+        last = bisect.bisect_left(keys, (hi,), first)
+        for key in keys[first:last]:
+            del self._values[key]
+        del self._keys[first:last]

@@ -1,0 +1,139 @@
+"""Capturing a graph: ``rt.graph()``, and the rules every call must pass while a capture is underway.
+
+Which calls a capture forbids, on which streams and in which capture mode,
+is decided here (``_check_capture_ok``, ``_refuse_unsafe``); the first error
+invalidates the capture (``_fail``), as in CUDA.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from ..errors import (CaptureError, StreamCaptureImplicit, StreamCaptureInvalidated,
+                      StreamCaptureUnjoined, StreamCaptureUnsupported)
+from ..graph import CAPTURE_MODES, GLOBAL, RELAXED, Capture, CapturedGraph
+from ..stream import Stream
+from ..tensor import TensorHandle
+from ..trace import Capture as CaptureRecord
+
+
+class CaptureCalls:
+    """Beginning and ending captures, and refusing what a capture forbids.
+
+    Mixed into ``simlib.runtime.Runtime``, whose state (``trace``, ``streams``, ``_capture``, ...)
+    and host clock (``_host``) it uses.
+    """
+
+    def _capturing(self, s: Stream) -> Capture | None:
+        cap = self._capture
+        return cap if cap is not None and cap.capturing(s) else None
+
+    def _check_capture_ok(self, s: Stream, what: str, subject: str = "") -> Capture | None:
+        """Refuse work on a stream whose capture was already invalidated."""
+        cap = self._capture
+        if cap is None:
+            return None
+        if subject:
+            what = f"{what} {subject!r}"
+        cap = cap if cap.capturing(s) else None
+        if cap is not None and cap.error is not None:
+            raise StreamCaptureInvalidated(
+                f"{what} on stream {s.name!r}: the capture of graph {cap.graph.label!r} was "
+                f"invalidated earlier by {cap.error.code}; every captured operation fails "
+                "until the capture ends. Fix the first error.")
+        if cap is None and s.legacy and self._capture is not None and any(
+                self.streams[n].blocking for n in self._capture.frontier):
+            self._fail(StreamCaptureImplicit(
+                f"{what} on the legacy default stream would implicitly wait for a blocking "
+                "stream that is being captured. Issue the work on a non-blocking stream."))
+        return cap
+
+    def _fail(self, error: CaptureError) -> None:
+        """Invalidate the capture in progress with its first error, and raise it."""
+        if self._capture is not None and self._capture.error is None:
+            self._capture.error = error
+        raise error
+
+    def _refuse_unsafe(self, what: str) -> None:
+        """Fail a potentially unsafe call made while a strict-mode capture is underway."""
+        cap = self._capture
+        if cap is not None and cap.mode != RELAXED:
+            self._fail(StreamCaptureUnsupported(
+                f"{what} while graph {cap.graph.label!r} is being captured in capture mode "
+                f"{cap.mode!r}: operation not permitted when stream is capturing. That mode "
+                "forbids this thread's potentially unsafe calls even on a stream outside the "
+                "capture. Fork the stream into the capture first (alt.wait_stream(main)) so its "
+                "work is captured, or move the call out of the captured region."))
+
+    @contextmanager
+    def graph(self, stream: Stream | None = None, *, label: str = "graph",
+              inputs: Sequence[TensorHandle] = (),
+              capture_error_mode: str = GLOBAL) -> Iterator[CapturedGraph]:
+        """``with torch.cuda.graph(g, stream=..., capture_error_mode=...)``: capture everything issued inside.
+
+        Like PyTorch, it synchronises the device first and captures on a side
+        stream of its own unless ``stream`` is given; that stream is current for
+        the duration. ``inputs`` names the static input buffers that replays
+        must refresh (used by the checker's stale-input rule).
+        ``capture_error_mode`` says which calls are forbidden meanwhile on
+        streams outside the capture (``simlib.graph.CAPTURE_MODES``).
+        """
+        if capture_error_mode not in CAPTURE_MODES:
+            raise ValueError(f"capture_error_mode={capture_error_mode!r} is not a valid choice; use "
+                             "one of: " + ", ".join(repr(m) for m in CAPTURE_MODES))
+        if self._capture is not None:
+            raise ValueError("simlib models one capture at a time; end the capture of "
+                             f"{self._capture.graph.label!r} before starting another")
+        self.synchronize()
+        if stream is None:
+            name = f"capture{len(self.graphs)}"
+            stream = self.streams.get(name) or self.Stream(name)
+        g = self._begin_capture(stream, label, capture_error_mode)
+        previous, self.current_stream = self.current_stream, stream
+        try:
+            yield g
+        except BaseException:
+            self.current_stream = previous
+            self._end_capture(g, inputs, failing=True)
+            raise
+        self.current_stream = previous
+        self._end_capture(g, inputs, failing=False)
+
+    def _begin_capture(self, stream: Stream, label: str, mode: str = GLOBAL) -> CapturedGraph:
+        step = self._host(self.profile.host_op_us)
+        if stream.legacy:
+            raise StreamCaptureUnsupported(
+                "CUDA graphs must be captured on a non-default stream (PyTorch refuses the "
+                "legacy default stream, which synchronises implicitly). Capture on rt.Stream(...) "
+                "or let rt.graph() create a side stream.")
+        g = CapturedGraph(self, len(self.graphs), label, stream.name)
+        self.graphs.append(g)
+        self._capture = Capture(g, stream, {stream.name: ()}, mode=mode)
+        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name))
+        return g
+
+    def _end_capture(self, g: CapturedGraph, inputs: Sequence[TensorHandle], *, failing: bool) -> None:
+        cap = self._capture
+        assert cap is not None and cap.graph is g
+        step = self._host(self.profile.host_op_us)
+        error = cap.error
+        if error is None and not failing:
+            unjoined = cap.unjoined()
+            if unjoined:
+                error = StreamCaptureUnjoined(
+                    f"capture of {g.label!r} ended on {cap.origin.name!r} while stream(s) "
+                    f"{unjoined} still had captured work the origin stream never waited for. "
+                    f"Join them back first: {cap.origin.name}.wait_stream({unjoined[0]}).")
+        elif error is not None:
+            error = StreamCaptureInvalidated(
+                f"capture of {g.label!r} ended after it was invalidated by {error.code}")
+        self._capture = None
+        self._release_held(cap)
+        g.inputs = tuple(inputs)
+        g.ok = error is None and not failing
+        self.trace.records.append(CaptureRecord(
+            step, self.now, "end", g.id, cap.origin.name, tuple(t.ptr for t in inputs),
+            error.code if error else ("aborted" if failing else None)))
+        if error is not None and not failing:
+            raise error
