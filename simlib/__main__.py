@@ -27,6 +27,7 @@ from . import scenarios
 from .checker import ERROR, check, format_report
 from .export import write_chrome_trace
 from .glossary import words
+from .headline import write_headline
 from .scenarios import ScenarioResult
 from .spec import (CAPTURE_ERROR_PREFIX, CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS,
                    ROUTED_STREAMS, SHARED_MODES, MoEConfig)
@@ -167,8 +168,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _headline(args: argparse.Namespace) -> int:
-    from .headline import write_headline   # imported here: it pulls in the plotting stack
-
     print(write_headline(args.out))
     return 0
 
