@@ -26,10 +26,11 @@ from typing import Any, Callable, NoReturn, Sequence
 from . import scenarios
 from .checker import ERROR, check, format_report
 from .export import write_chrome_trace
-from .glossary import words
+from .glossary import CAPTURE_ERROR_PREFIX, words
+from .headline import write_headline
 from .scenarios import ScenarioResult
-from .spec import (CAPTURE_ERROR_PREFIX, CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS,
-                   ROUTED_STREAMS, SHARED_MODES, MoEConfig)
+from .spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS,
+                   SHARED_MODES, MoEConfig)
 from .trace import Capture, Trace
 from .verdict import verdict_of
 
@@ -167,8 +168,6 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _headline(args: argparse.Namespace) -> int:
-    from .headline import write_headline   # imported here: it pulls in the plotting stack
-
     print(write_headline(args.out))
     return 0
 

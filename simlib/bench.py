@@ -25,7 +25,11 @@ import sys
 import time
 from typing import Callable
 
+from .checker import check
+from .export import to_chrome_trace
 from .runtime import Runtime
+from .scenarios import run as run_scenario
+from .spec import ORDERS, MoEConfig
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -66,12 +70,7 @@ def _launch_chain(n: int) -> None:
 
 
 def _decode_step_61_layers() -> None:
-    from .checker import check
-    from .export import to_chrome_trace
-    from .scenarios import run
-    from .spec import MoEConfig
-
-    result = run(MoEConfig(layers=61, replays=1))
+    result = run_scenario(MoEConfig(layers=61, replays=1))
     check(result.trace)
     to_chrome_trace(result.trace)
 
@@ -81,14 +80,12 @@ def _widget_redraw_ms(repeats: int = 15) -> float:
     import matplotlib
     matplotlib.use("Agg")
     from . import plots
-    from .scenarios import run
-    from .spec import ORDERS, MoEConfig
 
     figs: dict[str, object] = {}
     samples = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
-        result = run(MoEConfig(order=ORDERS[i % 2]))
+        result = run_scenario(MoEConfig(order=ORDERS[i % 2]))
         step = result.trace.records[-1].step * (i + 1) // (repeats + 1)
         for name, draw in (("timeline", lambda f: plots.timeline(result.trace, step=step, fig=f)),
                            ("graph", lambda f: plots.captured_graph(result, step=step, fig=f)),

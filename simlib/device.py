@@ -64,9 +64,6 @@ class Device:
                 for arg, value in zip((a for a in launch.args if "w" in a.access), payload):
                     write(arg.ptr, arg.nbytes, value, arg.label)
 
-    def drain(self) -> None:
-        self.advance(float("inf"))
-
     def _start(self, launch: Launch, time: float, end: float, fn: KernelFn) -> None:
         read = self.memory.read
         reads = []

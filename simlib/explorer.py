@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import io
 import textwrap
 import time
 from pathlib import Path
@@ -37,8 +36,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
 from .glossary import UNORDERED, badge, term, words
-from .headline import GPU_RESULTS, load_gpu_results
+from .gpu_results import GPU_RESULTS, load_gpu_results
+from .latency import replay_timing
 from .memory import short_ptr
+from .png import png, small_png
 from .scenarios import ScenarioResult, run
 from .spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
 from .trace import (Alloc, Capture, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
@@ -321,8 +322,6 @@ def cost_table(fixes: dict[str, MoEConfig]) -> str:
     graph's private pool keeps for as long as the graph lives, which is what
     disposing early was meant to save.
     """
-    from .latency import replay_timing
-
     rows = [("fix", "configuration", "replay µs", "graph nodes", "pool KiB")]
     for name, config in fixes.items():
         r = scenario(config)
@@ -370,47 +369,6 @@ def status_lines(config: MoEConfig, step: int | None) -> list[str]:
 
 
 # ================================================================ pictures
-def png(fig: "Figure", dpi: float = 80, *, fast: bool = True) -> bytes:
-    """``fig`` as PNG bytes; ``fast`` compresses lightly (the explorer encodes one per redraw)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": 1 if fast else 6})
-    return buf.getvalue()
-
-
-def small_png(fig: "Figure", dpi: float = 100) -> bytes:
-    """``fig`` as a palette PNG of its 256 most frequent colours, for pictures kept in a notebook.
-
-    The pictures are flat fills with anti-aliased edges, so mapping every other colour to its
-    nearest frequent one loses nothing visible: a quarter of the bytes, every fill colour exact
-    (median-cut or octree quantisation would merge the pastel role colours or lose a rare
-    vermillion).
-    """
-    import numpy as np
-    from PIL import Image
-
-    old = fig.dpi
-    fig.set_dpi(dpi)
-    try:
-        fig.canvas.draw()
-        rgba = np.asarray(fig.canvas.buffer_rgba())
-    finally:
-        fig.set_dpi(old)
-    image = Image.fromarray(rgba[..., :3].copy())
-    found = sorted(image.getcolors(image.width * image.height), reverse=True)
-    every = np.array([c for _, c in found], dtype=np.int32)
-    palette = every[:256]
-    nearest = ((every[:, None, :] - palette[None, :, :]) ** 2).sum(axis=2).argmin(axis=1)
-    lookup = np.zeros(1 << 24, dtype=np.uint8)
-    lookup[(every[:, 0] << 16) | (every[:, 1] << 8) | every[:, 2]] = nearest
-    rgb = rgba[..., :3].astype(np.int32)
-    indices = lookup[(rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]]
-    out = Image.fromarray(indices)          # mode "L"; putpalette makes it "P"
-    out.putpalette(palette.astype(np.uint8).ravel().tolist())
-    buf = io.BytesIO()
-    out.save(buf, format="png", optimize=True)
-    return buf.getvalue()
-
-
 class Picture:
     """A figure as a notebook shows it: a PNG, with the figure's takeaway as its text.
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import CaptureError
+from .stream import Stream
+from .tensor import TensorHandle
 from .trace import Launch
 
 GLOBAL, THREAD_LOCAL, RELAXED = "global", "thread_local", "relaxed"
@@ -32,10 +34,8 @@ thread, so they behave alike here. In every mode the captured streams
 themselves may not be synchronised or read back.
 """
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # runtime imports graph
     from .runtime import Runtime
-    from .stream import Stream
-    from .tensor import TensorHandle
 
 
 class CapturedGraph:
@@ -47,7 +47,7 @@ class CapturedGraph:
         self.label = label
         self.stream = stream
         self.nodes: list[Launch] = []
-        self.inputs: tuple["TensorHandle", ...] = ()
+        self.inputs: tuple[TensorHandle, ...] = ()
         self.ok = False          # set when the capture ended without error
         self.replays = 0
 
@@ -72,14 +72,14 @@ class Capture:
     """The state of a capture in progress."""
 
     graph: CapturedGraph
-    origin: "Stream"
+    origin: Stream
     frontier: dict[str, tuple[int, ...]] = field(default_factory=dict)
     error: CaptureError | None = None   # the first error; the capture is invalidated
     mode: str = GLOBAL
     # blocks freed with recorded stream uses, held until the capture ends (record_stream)
     held: list[tuple[int, int, str, str, dict[str, bool]]] = field(default_factory=list)
 
-    def capturing(self, stream: "Stream") -> bool:
+    def capturing(self, stream: Stream) -> bool:
         return stream.name in self.frontier
 
     def ancestors(self, nodes: tuple[int, ...]) -> set[int]:

@@ -18,57 +18,14 @@ from typing import Any
 
 from .checker import check
 from .glossary import term, words
+from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
+from .png import small_png
 from .scenarios import ScenarioResult, run
 from .spec import ORDERS, SHARED_MODES, MoEConfig
 from .values import render
 from .verdict import races, verdict
 
-GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results" / "matrix-h200.json"
 HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order varies
-
-
-@dataclass(frozen=True)
-class GpuResults:
-    """What a real GPU recorded, by configuration, and where it came from."""
-
-    cases: dict[MoEConfig, dict[str, Any]]   # each case as recorded (outcome, errors, ...)
-    recorded: dict[str, Any]                 # the file's provenance object
-    path: Path
-
-    @property
-    def outcomes(self) -> dict[MoEConfig, str]:
-        return {config: case["outcome"] for config, case in self.cases.items()}
-
-    @property
-    def provenance(self) -> str:
-        """The provenance in one line, for table headers."""
-        return _describe_provenance(self.recorded)
-
-
-def load_gpu_results(path: Path) -> GpuResults | None:
-    """``gpu_demo``'s matrix results, or ``None`` if there are none yet.
-
-    Accepts the file ``python -m gpu_demo run --matrix`` writes (an object
-    with ``provenance`` and ``cases``) and a bare list of cases; each case
-    has ``config`` (``MoEConfig.to_dict()``) and ``outcome``.
-    """
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    cases = data["cases"] if isinstance(data, dict) else data
-    by_config = {MoEConfig.from_dict(c["config"]): c for c in cases}
-    prov = data.get("provenance", {}) if isinstance(data, dict) else {}
-    return GpuResults(by_config, prov, path)
-
-
-def _describe_provenance(prov: dict[str, Any]) -> str:
-    if not prov:
-        return "provenance not recorded"
-    parts = [prov.get("gpu") or "unknown GPU"]
-    parts += [f"{key} {prov[key]}" for key in ("driver", "torch", "triton") if prov.get(key)]
-    if prov.get("date_utc"):
-        parts.append(str(prov["date_utc"])[:10])
-    return ", ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -144,7 +101,6 @@ def _expressions(judged: Judged) -> list[str]:
 def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
     from . import plots   # here, not at the top: importing simlib must not import matplotlib
-    from .explorer import small_png
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

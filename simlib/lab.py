@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from .checker import check as check_trace
 from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED
-from .headline import GPU_RESULTS, GpuResults, load_gpu_results
+from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
 from .latency import replay_latency
 from .scenarios import run
 from .spec import ORDERS, SHARED_MODES, MoEConfig

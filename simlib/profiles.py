@@ -17,10 +17,6 @@ from __future__ import annotations
 
 from .timing import Profile
 
-# Kernels per role in simlib.scenarios' MoE layer (the real module launches 35 per layer).
-SIM_KERNELS = {"routed_experts": ("experts.gate_up", "experts.act", "experts.down"),
-               "shared_expert": ("shared.gate_up", "shared.act", "shared.down")}
-
 H200 = Profile(
     name="H200",
     launch_host_us=11.72,          # eager_op_launch_host_us: host time of one small eager op

@@ -4,7 +4,7 @@
 set up static buffers, warm up eagerly, capture one decode step, replay it
 ``config.replays`` times with new inputs, and compare every replay with an
 eager run of the same program on the input the caller meant. The outcome
-uses the vocabulary of ``simlib.spec``.
+is a word of ``simlib.glossary``.
 
 The program mirrors SGLang: the dual-stream path is taken only while
 capturing; eager runs (warm-up, the reference) go shared expert first, then
@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import IllegalAddress, SimulatedError
+from .glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, capture_error
 from .graph import CapturedGraph
 from .runtime import Runtime
-from .spec import (CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, MoEConfig, capture_error)
+from .spec import MoEConfig
 from .stream import Stream
 from .tensor import TensorHandle, raw
 from .timing import Profile

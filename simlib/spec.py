@@ -7,8 +7,8 @@ replays get their inputs. ``simlib.scenarios`` builds a simulated program from
 it and ``gpu_demo`` builds a real PyTorch run from the very same object, so the
 two sides cannot drift apart. ``MATRIX`` is the conformance matrix both run.
 
-Outcomes are the words of ``simlib.glossary`` (re-exported here for the callers
-that describe configurations).
+What a configuration did is said in the outcome words of ``simlib.glossary``
+(``correct``, ``silent_wrong``, ...), their only home.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from .glossary import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SHAPE_MISMATCH, SILENT_WRONG,  # noqa: F401
-                       UNORDERED, capture_error)
 from .graph import CAPTURE_MODES
 
 ORDERS = ("shared_first", "routed_first")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # runtime imports stream
     from .runtime import Runtime
 
 NEVER = float("-inf")

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .memory import Storage
+from .stream import Stream
+from .values import Expr
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # runtime imports tensor
     from .runtime import Runtime
-    from .stream import Stream
-    from .values import Expr
 
 
 class TensorHandle:
@@ -79,14 +79,14 @@ class TensorHandle:
     def copy_(self, src: "TensorHandle") -> "TensorHandle":
         return self._rt.copy_(self, src)
 
-    def item(self) -> "Expr":
+    def item(self) -> Expr:
         return self._rt.item(self)
 
     def untyped_storage(self) -> "UntypedStorage":
         """The storage this handle (and every view of it) points into."""
         return UntypedStorage(self)
 
-    def record_stream(self, stream: "Stream") -> None:
+    def record_stream(self, stream: Stream) -> None:
         """Tell the caching allocator that ``stream`` uses this tensor's block."""
         self._rt.record_stream(self, stream)
 

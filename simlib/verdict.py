@@ -15,20 +15,18 @@ cannot disagree about shared-first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Collection, Iterable
+from typing import Collection, Iterable
 
-from .checker import WARNING, Finding, check
 from . import scenarios, schedules
+from .checker import WARNING, Finding, check
 from .glossary import CORRECT, SILENT_WRONG, UNORDERED
 from .profiles import H200
+from .scenarios import ScenarioResult
 from .schedules import Exploration
+from .spec import MoEConfig
 from .timing import Profile
 
 EXPLORED_REPLAYS = 3
-
-if TYPE_CHECKING:
-    from .scenarios import ScenarioResult
-    from .spec import MoEConfig
 
 
 def races(findings: Iterable[Finding]) -> list[Finding]:
@@ -49,12 +47,12 @@ def verdict(outcome: str, findings: Iterable[Finding]) -> str:
     return outcome
 
 
-def verdict_of(result: "ScenarioResult") -> str:
+def verdict_of(result: ScenarioResult) -> str:
     """The verdict of one simulated run: its outcome, checked against its own trace."""
     return verdict(result.outcome, check(result.trace))
 
 
-def possible_outcomes(config: "MoEConfig", profile: Profile | None = H200) -> Exploration:
+def possible_outcomes(config: MoEConfig, profile: Profile | None = H200) -> Exploration:
     """Every outcome the simulated schedules of ``config`` can produce (``simlib.schedules``).
 
     Replays are explored over at most ``EXPLORED_REPLAYS``: a schedule repeats

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from simlib.checker import check
 from simlib.glossary import UNORDERED
-from simlib.headline import load_gpu_results
-from simlib.spec import CORRECT, SILENT_WRONG, MoEConfig
+from simlib.gpu_results import load_gpu_results
+from simlib.glossary import CORRECT, SILENT_WRONG
+from simlib.spec import MoEConfig
 from simlib.verdict import agrees, possible_outcomes, verdict
 
 from gpu_demo.measure.provenance import RESULTS_DIR

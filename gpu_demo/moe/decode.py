@@ -22,7 +22,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from simlib.spec import ILLEGAL_ADDRESS, MoEConfig
+from simlib.glossary import ILLEGAL_ADDRESS
+from simlib.spec import MoEConfig
 
 from gpu_demo.moe.model import MoEStack, RMSNorm, _Init, label_tensors
 from gpu_demo.moe.settings import RunSettings

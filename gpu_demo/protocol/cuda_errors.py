@@ -1,4 +1,4 @@
-"""Turning what a GPU run did into ``simlib.spec``'s outcome vocabulary.
+"""Turning what a GPU run did into ``simlib.glossary``'s outcome vocabulary.
 
 PyTorch reports CUDA failures as ``RuntimeError("CUDA error: <text> ...")``
 and usually names the enum too ("Search for `cudaErrorXxx' ..."). The
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from simlib.errors import StorageNotAllocated
-from simlib.spec import ILLEGAL_ADDRESS, SHAPE_MISMATCH, capture_error
+from simlib.glossary import ILLEGAL_ADDRESS, SHAPE_MISMATCH, capture_error
 
 _ENUM_IN_MESSAGE = re.compile(r"\b(cudaError[A-Za-z]+)\b")
 

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from simlib import explorer
+from simlib.png import small_png
 from simlib.spec import MoEConfig
 from simlib.trace import Capture, Mutation
 
@@ -227,7 +228,7 @@ def test_displaying_it_gives_one_picture_the_widget_or_its_static_copy(ex, monke
     (bundle, kw), = shown
     assert kw == {"raw": True}
     assert "application/vnd.jupyter.widget-view+json" in bundle
-    assert base64.b64decode(bundle["image/png"]) == explorer.small_png(ex.figure, ex.dpi)
+    assert base64.b64decode(bundle["image/png"]) == small_png(ex.figure, ex.dpi)
     assert bundle["text/plain"] == (f"[explorer: needs a running Python kernel] {INCIDENT.name}, "
                                     f"pointers at host step {ex.step}: {ex.title}")
     shown.clear()

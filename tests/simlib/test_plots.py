@@ -14,6 +14,7 @@ from matplotlib.colors import to_hex
 matplotlib.use("Agg")
 
 from simlib import Runtime, glossary, latency, plots, profiles, scenarios  # noqa: E402
+from simlib.memory import short_ptr  # noqa: E402
 from simlib.spec import MATRIX, MoEConfig  # noqa: E402
 from simlib.timing import Profile  # noqa: E402
 from simlib.trace import (Alloc, Arg, Capture, DeviceSpan, Free, Launch, Mutation,  # noqa: E402
@@ -261,7 +262,7 @@ def test_full_addresses_where_the_pool_hands_a_freed_block_out_again(shared):
     lines = [s.split() for s in strings(plots.captured_graph(shared), "graph-text")]
     assert ["w", "routed_out", hex(x.ptr)] in lines and ["r", "x", hex(x.ptr)] in lines
     short = [s.split() for s in strings(plots.captured_graph(shared, full_pointers=False), "graph-text")]
-    assert ["r", "x", plots.short_ptr(x.ptr)] in short
+    assert ["r", "x", short_ptr(x.ptr)] in short
     assert any(hex(x.ptr) in c for c in strings(plots.pointer_table(shared.trace), "cells"))
     clean = strings(plots.captured_graph(fork_join(capture=True)), "graph-text")
     assert any("…" in s for s in clean)         # nothing freed and reused: short addresses
@@ -318,7 +319,7 @@ def test_a_pointer_frozen_after_its_block_was_freed_is_marked():
                    Launch(3, 3.0, 0, "k", "k", "other", "main", (stale,), 0),
                    Capture(4, 4.0, "end", 0, "main")])
     fig = plots.captured_graph(trace)
-    assert strings(fig, "graph-bad-args") == [f"r  tmp {plots.short_ptr(ptr):<11} FREED"]
+    assert strings(fig, "graph-bad-args") == [f"r  tmp {short_ptr(ptr):<11} FREED"]
     assert title(fig) == "1 captured launch(es) froze a null, empty or freed pointer"
 
 

@@ -3,9 +3,10 @@
 import pytest
 
 from simlib import Runtime, scenarios
+from simlib.glossary import CORRECT, SILENT_WRONG
 from simlib.profiles import H200
 from simlib.schedules import Schedule, explore, races
-from simlib.spec import CORRECT, SILENT_WRONG, MoEConfig
+from simlib.spec import MoEConfig
 from simlib.trace import DeviceSpan
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from gpu_demo.measure import conformance, prediction
+from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, UNORDERED
 from simlib.profiles import H200
-from simlib.spec import CORRECT, ILLEGAL_ADDRESS, MATRIX, SILENT_WRONG, UNORDERED, MoEConfig
+from simlib.spec import MATRIX, MoEConfig
 
 RESULTS = Path(__file__).resolve().parents[3] / "gpu_demo" / "results"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from simlib.spec import (CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, MATRIX, SILENT_WRONG,
-                         UNORDERED, MoEConfig)
+from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, UNORDERED
+from simlib.spec import MATRIX, MoEConfig
 
 RESULTS = Path(__file__).resolve().parents[3] / "gpu_demo" / "results"
 PROVENANCE = {"gpu", "driver", "cuda_runtime", "torch", "triton", "python", "date_utc", "command"}
