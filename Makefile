@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 # JupyterLab refuses to run as root without this flag (classroom containers often are root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: tutorial headline test bench html clean
+.PHONY: tutorial headline test check lint bench html clean
 
 # Installs the project; then copies the .pth that makes CAPTURE_ORDER_CHECK=1 work in any program
 # (an editable install skips it).
@@ -26,6 +26,13 @@ headline: $(STAMP)  ## no browser: print and save the headline comparison
 
 test: $(STAMP)  ## every test CI runs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The quick loop while editing: no notebooks, no browser, tests spread over the cores.
+check: $(STAMP)  ## the fast tests (no nbval, no browser), under 2 minutes
+	$(BIN)/python -m pytest tests -m "not browser" -o addopts= -q -n auto $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff, configured in pyproject.toml
+	$(BIN)/ruff check simlib gpu_demo tests scripts benchmarks
 
 html: $(STAMP)  ## the static HTML edition, widget state embedded: out/html/index.html
 	$(BIN)/python scripts/build_html.py --out out/html

@@ -20,8 +20,8 @@ The public surface is small:
 and the CLI, ``python -m gpu_demo run | bench | decode | record | check | corpus | fidelity``.
 """
 
-from gpu_demo.record.annotate import label
-from gpu_demo.guard.process import CaptureHazardWarning, capture_checked
 from gpu_demo.guard.check import assert_capture_safe, check_capture
+from gpu_demo.guard.process import CaptureHazardWarning, capture_checked
+from gpu_demo.record.annotate import label
 
 __all__ = ["CaptureHazardWarning", "assert_capture_safe", "capture_checked", "check_capture", "label"]

@@ -5,9 +5,18 @@ Start with ``Runtime`` (the host thread and CUDA runtime a program calls) and
 checker, the plots and the exporters read).
 """
 
-from .errors import (CapturedEvent, CaptureError, IllegalAddress, ShapeMismatch,
-                     SimulatedError, StreamCaptureImplicit, StreamCaptureInvalidated,
-                     StreamCaptureIsolation, StreamCaptureUnjoined, StreamCaptureUnsupported)
+from .errors import (
+                     CapturedEvent,
+                     CaptureError,
+                     IllegalAddress,
+                     ShapeMismatch,
+                     SimulatedError,
+                     StreamCaptureImplicit,
+                     StreamCaptureInvalidated,
+                     StreamCaptureIsolation,
+                     StreamCaptureUnjoined,
+                     StreamCaptureUnsupported,
+)
 from .graph import CapturedGraph
 from .runtime import Runtime
 from .stream import Event, Stream

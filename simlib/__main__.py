@@ -29,8 +29,7 @@ from .export import write_chrome_trace
 from .glossary import CAPTURE_ERROR_PREFIX, words
 from .headline import write_headline
 from .scenarios import ScenarioResult
-from .spec import (CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS,
-                   SHARED_MODES, MoEConfig)
+from .spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
 from .trace import Capture, Trace
 from .verdict import verdict_of
 

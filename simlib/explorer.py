@@ -42,8 +42,21 @@ from .memory import short_ptr
 from .png import png, small_png
 from .scenarios import ScenarioResult, run
 from .spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
-from .trace import (Alloc, Capture, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
-                    Mutation, Replay, SkippedLaunch, Trace, View)
+from .trace import (
+    Alloc,
+    Capture,
+    DeviceSpan,
+    EventOp,
+    Fault,
+    Free,
+    HostSync,
+    Launch,
+    Mutation,
+    Replay,
+    SkippedLaunch,
+    Trace,
+    View,
+)
 from .values import relative_error, render
 from .verdict import agrees, possible_outcomes, verdict
 

@@ -28,8 +28,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .trace import (Alloc, Arg, Capture, DeviceSpan, EventOp, Fault, Free, HostSync, Launch,
-                    Mutation, Record, Replay, SkippedLaunch, Trace, View)
+from .trace import (
+    Alloc,
+    Arg,
+    Capture,
+    DeviceSpan,
+    EventOp,
+    Fault,
+    Free,
+    HostSync,
+    Launch,
+    Mutation,
+    Record,
+    Replay,
+    SkippedLaunch,
+    Trace,
+    View,
+)
 
 HOST_PID = 1
 GPU_PID = 2

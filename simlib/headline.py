@@ -100,7 +100,7 @@ def _expressions(judged: Judged) -> list[str]:
 
 def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
-    from . import plots   # here, not at the top: importing simlib must not import matplotlib
+    from . import plots  # here, not at the top: importing simlib must not import matplotlib
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ import random
 import zlib
 from typing import Any
 
-
 _set = object.__setattr__
 
 

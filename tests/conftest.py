@@ -7,7 +7,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_tests:
         return
-    import torch   # only where a GPU test was collected: the simulator's tests never import torch
+    import torch  # only where a GPU test was collected: the simulator's tests never import torch
 
     if torch.cuda.is_available():
         return

@@ -37,9 +37,9 @@ from typing import Any, Callable
 
 import torch
 
-from gpu_demo.measure.stacks import STACKS, gpu_pass
 from gpu_demo.measure.overhead import EmptyDispatchMode, ops_in, timed
 from gpu_demo.measure.provenance import provenance
+from gpu_demo.measure.stacks import STACKS, gpu_pass
 from gpu_demo.moe.settings import RunSettings
 
 HERE = Path(__file__).resolve().parent

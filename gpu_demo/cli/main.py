@@ -26,15 +26,31 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from simlib.graph import CAPTURE_MODES
-from simlib.spec import (CAPTURE_FAULTS, DISPOSE_KINDS, DISPOSE_POLICIES, INPUT_MODES, MATRIX, ORDERS,
-                         ROUTED_STREAMS, SHARED_MODES, MoEConfig)
-
 from gpu_demo.cli import check as check_cli
-from gpu_demo.cli.common import (cannot_write, cell_text, default_path, format_table, no_cuda, positive_int,
-                                 unwritable, write_result)
+from gpu_demo.cli.common import (
+    cannot_write,
+    cell_text,
+    default_path,
+    format_table,
+    no_cuda,
+    positive_int,
+    unwritable,
+    write_result,
+)
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol.tolerance import DTYPES
+from simlib.graph import CAPTURE_MODES
+from simlib.spec import (
+    CAPTURE_FAULTS,
+    DISPOSE_KINDS,
+    DISPOSE_POLICIES,
+    INPUT_MODES,
+    MATRIX,
+    ORDERS,
+    ROUTED_STREAMS,
+    SHARED_MODES,
+    MoEConfig,
+)
 
 _SIZE_FIELDS = ("layers", "tokens", "hidden", "intermediate", "experts", "top_k", "replays")
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
 
 from gpu_demo import corpus
-from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
+from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.tolerance import DTYPES
+from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
 NAMED_CAPTURE_ERROR = re.compile(r"^capture_error:(cudaError\w+|shape_mismatch)$")

@@ -39,14 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+from gpu_demo.guard.differential import Subject, describe, record_in_child, replay_in_child
+from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
+from gpu_demo.protocol.capture_replay import ReplayEvidence
+from gpu_demo.protocol.child import run_in_child
 from simlib.checker import ERROR, Finding, check, format_report
 from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, UNORDERED, words
 from simlib.trace import Trace
-
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.capture_replay import ReplayEvidence
-from gpu_demo.guard.differential import Subject, describe, record_in_child, replay_in_child
-from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
 
 RACE_CODES = frozenset({"cross_stream_race", "reuse_after_free"})
 DRY_RUN_LIMIT = ("A dry run sees only what the code does on the CPU: a path taken only under a real CUDA "

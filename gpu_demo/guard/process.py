@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import torch
+
+from gpu_demo.record.cuda_device import Device
+from gpu_demo.record.recorder import CaptureRecorder
 from simlib.checker import check, format_report
 from simlib.trace import Capture, Trace
-
-from gpu_demo.record.device import Device
-from gpu_demo.record.recorder import CaptureRecorder
 
 ON_HAZARD = ("raise", "warn")
 

@@ -23,14 +23,14 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from simlib.spec import MoEConfig
 
-from gpu_demo.record import annotate
-from gpu_demo.protocol import capture_replay
 from gpu_demo.measure import profiling
-from gpu_demo.record.annotate import ALT
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
+from gpu_demo.protocol import capture_replay
+from gpu_demo.record import annotate
+from gpu_demo.record.annotate import ALT
+from simlib.spec import MoEConfig
 
 
 def _host_us(call: Any, repeats: int, per_call: int = 1) -> float:

@@ -25,15 +25,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from simlib.checker import check
-from simlib.glossary import UNORDERED
-from simlib.gpu_results import load_gpu_results
-from simlib.glossary import CORRECT, SILENT_WRONG
-from simlib.spec import MoEConfig
-from simlib.verdict import agrees, possible_outcomes, verdict
-
 from gpu_demo.measure.provenance import RESULTS_DIR
 from gpu_demo.moe.harness import count_wrong
+from simlib.checker import check
+from simlib.glossary import CORRECT, SILENT_WRONG, UNORDERED
+from simlib.gpu_results import load_gpu_results
+from simlib.spec import MoEConfig
+from simlib.verdict import agrees, possible_outcomes, verdict
 
 RESULTS = RESULTS_DIR / "matrix-h200.json"
 

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
-from simlib.spec import MoEConfig
 
-from gpu_demo.record import annotate
 from gpu_demo.measure import profiling
 from gpu_demo.measure.benchmark import Bench, latency_stats
 from gpu_demo.moe.settings import RunSettings
+from gpu_demo.record import annotate
+from simlib.spec import MoEConfig
 
 FORWARD = "gpu_demo.eager_forward"   # the annotation around each profiled forward
 MODULE = "module: "                   # prefix of the annotation around each nn.Module call

@@ -59,7 +59,6 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
-from simlib.checker import check
 
 from gpu_demo.measure.stacks import STACKS, gpu_pass, moe_stack
 from gpu_demo.measure.untraced import UntracedPasses
@@ -67,6 +66,7 @@ from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record.capture import record_capture
 from gpu_demo.record.dispatch_mode import QuickDispatchMode, op_caller
 from gpu_demo.record.dry_run import dry_capture
+from simlib.checker import check
 
 TARGET_RATIO = 3.0
 DRY_RUN_SIZES = {"hidden": 64, "intermediate": 128}

@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpu_demo.measure.provenance import RESULTS_DIR
 from simlib import eager_program, scenarios
 from simlib.latency import replay_timing
 from simlib.profiles import H200
 from simlib.spec import MoEConfig
 from simlib.timing import Profile
-
-from gpu_demo.measure.provenance import RESULTS_DIR
 
 BENCH = RESULTS_DIR / "bench-h200.json"
 HOST_COSTS = RESULTS_DIR / "host-costs-h200.json"

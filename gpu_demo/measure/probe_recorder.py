@@ -34,12 +34,11 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, Launch, Mutation, Record, Replay,
-                          SkippedLaunch, Trace)
 
-from gpu_demo.protocol import capture_replay
 from gpu_demo.guard.process import CaptureHazardWarning, capture_checked
+from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.metric import relative_error
+from simlib.trace import Alloc, Capture, EventOp, Free, HostRead, Launch, Mutation, Record, Replay, SkippedLaunch, Trace
 
 
 class PlainLayer:
@@ -77,7 +76,7 @@ class PlainLayer:
 
     def _shared(self, x: torch.Tensor) -> torch.Tensor:
         if self.shared == "raw_kernel":
-            from gpu_demo.moe import triton_kernels   # a raw Triton launch: trusts the pointer and the static size
+            from gpu_demo.moe import triton_kernels  # a raw Triton launch: trusts the pointer and the static size
 
             triton_kernels.raw_load(x, self.static_out, self.static_out.numel())
         elif x.shape[0] > 0:               # fused kernels return early when there are no rows

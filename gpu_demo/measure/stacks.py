@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-from simlib.spec import MoEConfig
 
 from gpu_demo.corpus import safe_dual_stream
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
+from simlib.spec import MoEConfig
 
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 

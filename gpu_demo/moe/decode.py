@@ -22,14 +22,14 @@ from typing import Any
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from simlib.glossary import ILLEGAL_ADDRESS
-from simlib.spec import MoEConfig
 
 from gpu_demo.moe.model import MoEStack, RMSNorm, _Init, label_tensors
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.child import Checkpoint
 from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
+from simlib.glossary import ILLEGAL_ADDRESS
+from simlib.spec import MoEConfig
 
 VOCAB = 512
 DECODED = "decoded"

@@ -22,6 +22,7 @@ import torch
 from gpu_demo.record import annotate
 from gpu_demo.record.annotate import ALT, MAIN
 
+
 @dataclass
 class StreamEvent:
     """A CUDA event (``None`` on a CPU) with the logical id traces refer to."""

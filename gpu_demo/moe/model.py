@@ -31,15 +31,15 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from simlib.spec import MoEConfig
 
-from gpu_demo.record import annotate
-from gpu_demo.record.annotate import ALT, MAIN, label, role
+from gpu_demo.moe.dual_streams import DualStreams
 from gpu_demo.moe.faults import CaptureFaults
 from gpu_demo.moe.kernels import swiglu
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.moe.dual_streams import DualStreams
+from gpu_demo.record import annotate
+from gpu_demo.record.annotate import ALT, MAIN, label, role
 from gpu_demo.record.dry_run import is_capturing
+from simlib.spec import MoEConfig
 
 
 def dispose_tensor(x: torch.Tensor, kind: str = "set_empty") -> None:

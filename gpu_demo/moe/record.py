@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-from simlib.spec import MoEConfig
-from simlib.trace import Trace
 
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record import annotate
 from gpu_demo.record.capture import record_capture
+from simlib.spec import MoEConfig
+from simlib.trace import Trace
 
 
 def record_moe(config: MoEConfig, settings: RunSettings) -> Trace:

@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
-from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG
 
 from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
 from gpu_demo.protocol.metric import output_error, tensors_in
 from gpu_demo.protocol.tolerance import tolerance_for
+from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG
 
 
 def warm_up(fn: Callable[[], object], iterations: int = 2) -> None:

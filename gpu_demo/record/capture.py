@@ -1,8 +1,14 @@
 """``record_capture``: the warm-up, capture and replays of one function, recorded.
 
-The protocol a recording follows, on a GPU for real and on a CPU as the dry run
-(``gpu_demo.record.dry_run``): the recorder (``gpu_demo.record.recorder``)
-writes down what each step froze.
+The protocol a recording follows (warm-up, capture, replays with input
+refresh; the warm-up's first call, which only initialises, is not recorded),
+while the recorder (``gpu_demo.record.recorder``) writes down what each step
+froze: on a GPU for real, on CPU tensors as a *dry run* in which
+``gpu_demo.record.dry_run.dry_capture`` makes the program take its capture path
+while nothing is actually captured. The dry run keeps every storage that
+warm-up and capture touch alive (``CaptureRecorder.holding_storages``), so it
+shows what the host froze but not how the caching allocator reuses freed
+blocks: a reuse after free (checker rule 4) only shows in a real capture.
 """
 
 from __future__ import annotations
@@ -10,13 +16,13 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
-from simlib.trace import Trace
 
 from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error
-from gpu_demo.record.device import cpu_device, cuda_device
+from gpu_demo.record.cuda_device import cpu_device, cuda_device
 from gpu_demo.record.dry_run import dry_capture
 from gpu_demo.record.recorder import CaptureRecorder
+from simlib.trace import Trace
 
 
 def record_capture(

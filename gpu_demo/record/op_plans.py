@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from simlib.trace import Arg
 
 from gpu_demo.record.annotate import PDL_OPS
 from gpu_demo.record.dispatch_mode import op_caller
+from simlib.trace import Arg
 
 aten = torch.ops.aten
 _Tensor = torch.Tensor

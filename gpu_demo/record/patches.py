@@ -95,7 +95,8 @@ def _capture_end(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             out = original(self, *args, **kwargs)
         except BaseException as exc:
-            _notify(lambda listener: listener.on_capture_end(self, block_error or exc))
+            failed = block_error or exc
+            _notify(lambda listener: listener.on_capture_end(self, failed))
             raise
         _notify(lambda listener: listener.on_capture_end(self, block_error))
         return out

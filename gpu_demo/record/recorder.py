@@ -33,19 +33,9 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
 * each captured launch lists the launches it depends on: the previous launch
   on its stream plus whatever its stream waited for through events.
 
-Streams get readable names (``gpu_demo.record.naming``): the stream a capture
-began on is ``main``, other streams in a capture ``alt``, ``alt2``...
-``gpu_demo.record.annotate`` marks stay optional labels on top: a tensor's name,
-a role, a reason for a mutation, and the logical stream on a CPU.
-
-``record_capture(fn, inputs)`` runs the whole protocol (warm-up, capture,
-replays with input refresh; the warm-up's first call, which only initialises,
-is not recorded): on a GPU for real, on a CPU as a *dry run* in
-which ``gpu_demo.moe.dual_streams.dry_capture`` makes the model take its capture path
-while nothing is actually captured. The dry run keeps every storage that
-warm-up and capture touch alive (see ``CaptureRecorder.holding_storages``), so
-it shows what the host froze but not how the caching allocator reuses freed
-blocks: a reuse after free (checker rule 4) only shows in a real capture.
+Streams get readable names (``gpu_demo.record.naming``); ``gpu_demo.record.annotate``
+marks stay optional labels on top. ``gpu_demo.record.capture.record_capture``
+runs the whole protocol under a recorder, for real or as the CPU dry run.
 """
 
 from __future__ import annotations
@@ -59,6 +49,33 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+from torch._C import DisableTorchFunction
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from gpu_demo.protocol.cuda_errors import cuda_error_name, first_error, one_line
+from gpu_demo.record import annotate, hooks, patches
+from gpu_demo.record.annotate import MAIN
+from gpu_demo.record.annotate import marks as _marks
+from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK, Device, block_bytes, cuda_device
+from gpu_demo.record.dispatch_mode import QuickDispatchMode
+from gpu_demo.record.host_reads import HostReadWatch
+from gpu_demo.record.naming import StreamNames, rename_in_place, renamed_copy
+from gpu_demo.record.op_plans import (
+    ITEM,
+    LAUNCH,
+    MUTATE,
+    PLANS,
+    VIEW,
+    OpPlan,
+    made_by,
+    plan_of,
+    tensor_behind,
+    tensors_in,
+    tensors_of,
+    writes_only_empty,
+)
+from gpu_demo.record.triton_access import KernelAccess
 from simlib.memory import DEFAULT_POOL, graph_pool
 from simlib.trace import (
     Alloc,
@@ -77,21 +94,6 @@ from simlib.trace import (
     Trace,
     View,
 )
-from torch._C import DisableTorchFunction
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
-
-from gpu_demo.protocol.cuda_errors import cuda_error_name, first_error, one_line
-from gpu_demo.record import annotate, hooks, patches
-from gpu_demo.record.annotate import MAIN
-from gpu_demo.record.annotate import marks as _marks
-from gpu_demo.record.device import CACHING_ALLOCATOR_BLOCK, Device, block_bytes, cuda_device
-from gpu_demo.record.dispatch_mode import QuickDispatchMode
-from gpu_demo.record.host_reads import HostReadWatch
-from gpu_demo.record.naming import StreamNames, renamed_copy, rename_in_place
-from gpu_demo.record.op_plans import (ITEM, LAUNCH, MUTATE, PLANS, VIEW, OpPlan, made_by, plan_of,
-                                      tensor_behind, tensors_in, tensors_of, writes_only_empty)
-from gpu_demo.record.triton_access import KernelAccess
 
 aten = torch.ops.aten
 # The recorder's own metadata reads go to ``TensorBase`` directly: an armed ``HostReadWatch``

@@ -69,7 +69,7 @@ from ..trace import Trace
 from .findings import ERROR, WARNING, Finding, format_report
 from .index import index_trace
 from .rule_capture_failed import capture_failed
-from .rule_empty_argument import empty_arguments, emptied_tensors
+from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
 from .rule_frozen_state import frozen_state
 from .rule_host_mutation import host_mutations

@@ -8,7 +8,6 @@ from typing import Any
 
 from ..trace import DataPtr
 
-
 ERROR = "error"
 WARNING = "warning"
 

@@ -13,8 +13,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
-from ..trace import (Alloc, Capture, DataPtr, Free, GraphId, HostRead, Launch, Mutation, SkippedLaunch,
-                     TensorId, Trace, View)
+from ..trace import (
+    Alloc,
+    Capture,
+    DataPtr,
+    Free,
+    GraphId,
+    HostRead,
+    Launch,
+    Mutation,
+    SkippedLaunch,
+    TensorId,
+    Trace,
+    View,
+)
 
 CaptureUse = Launch | SkippedLaunch
 

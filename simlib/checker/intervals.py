@@ -7,7 +7,6 @@ from typing import Generic, Iterable, Iterator, TypeVar
 
 from ..trace import DataPtr
 
-
 V = TypeVar("V")
 
 

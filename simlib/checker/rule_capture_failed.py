@@ -8,7 +8,6 @@ from ..glossary import GRAPH_HOLDS, SHAPE_ERROR, capture_error, term
 from .findings import ERROR, Finding
 from .index import Graph
 
-
 _CUDA_ERROR = re.compile(r"\b(cudaError[A-Za-z]+)\b")
 # error -> (what it means, how to fix it); others get the glossary's meaning
 _CAPTURE_ERRORS: dict[str, tuple[str, str]] = {

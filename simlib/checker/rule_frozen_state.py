@@ -14,7 +14,6 @@ from .index import Graph, Index
 from .intervals import Intervals
 from .wording import consumer_name, shape_text
 
-
 # Ops that read only the shape of a template argument (``torch.ones_like(x)``): they derive
 # nothing from its data.
 _SHAPE_ONLY = re.compile(r"(?:^|\.)(?:\w+_like|new_[a-z_]+)(?:\.|$)")

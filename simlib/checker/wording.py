@@ -7,7 +7,6 @@ from typing import Iterable
 from ..glossary import GRAPH_HOLDS, HOST_BRANCH, NO_NODE, NULL_POINTER_NODE
 from ..trace import Arg, HostRead, Record, SkippedLaunch, View
 
-
 Consumer = tuple[Record, Arg | None]     # what used a tensor in a capture, and with which argument
 
 

@@ -12,8 +12,8 @@ One module per picture (``timeline``, ``graph``, ``pointers``, ``comparison``),
 drawn with ``kit`` (labels, panels, legends, titles) in ``palette``'s colours.
 """
 
+from .captured_graph import captured_graph
 from .comparison import side_by_side
-from .graph import captured_graph
 from .palette import DANGER, GREY
 from .pointers import pointer_table
 from .timeline import timeline

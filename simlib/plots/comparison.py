@@ -11,9 +11,23 @@ from ..glossary import CAPTURE_ERROR_PREFIX, ILLEGAL_ADDRESS, UNORDERED, badge, 
 from ..scenarios import ScenarioResult
 from ..values import render
 from ..verdict import races, verdict
-from .graph import STREAMS_IN, draw_graph, graph_keys, graph_layout, graph_panel
-from .kit import (MONO, PANEL_PT, TEXT_PT, Label, box_path, draw_labels, draw_legend, draw_shapes,
-                  draw_title, fresh_figure, text_height, text_width, title_inches, wrap)
+from .captured_graph import STREAMS_IN, draw_graph, graph_keys, graph_layout, graph_panel
+from .kit import (
+    MONO,
+    PANEL_PT,
+    TEXT_PT,
+    Label,
+    box_path,
+    draw_labels,
+    draw_legend,
+    draw_shapes,
+    draw_title,
+    fresh_figure,
+    text_height,
+    text_width,
+    title_inches,
+    wrap,
+)
 from .palette import DANGER, ink
 from .takeaways import comparison_takeaway
 

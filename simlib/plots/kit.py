@@ -28,9 +28,15 @@ from matplotlib.markers import MarkerStyle
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath, text_to_path
 from matplotlib.ticker import MaxNLocator
-from matplotlib.transforms import (Affine2D, Bbox, BboxTransformFrom, BboxTransformTo, Transform,
-                                   TransformedBbox, blended_transform_factory)
-
+from matplotlib.transforms import (
+    Affine2D,
+    Bbox,
+    BboxTransformFrom,
+    BboxTransformTo,
+    Transform,
+    TransformedBbox,
+    blended_transform_factory,
+)
 
 SANS, MONO = "DejaVu Sans", "DejaVu Sans Mono"   # shipped with matplotlib: same look everywhere
 # Text sizes in points. A notebook shows a 13-inch figure at 100 dpi about 1200 px wide, so

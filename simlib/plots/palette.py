@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from matplotlib.colors import to_rgb
 
-
 OKABE_ITO = {
     "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "green": "#009E73",
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",

@@ -7,8 +7,20 @@ from typing import Sequence
 from matplotlib.figure import Figure
 
 from ..trace import Alloc, Capture, Launch, Mutation, SkippedLaunch, Trace
-from .kit import (MONO, SMALL_PT, TEXT_PT, Key, Label, Panel, draw_labels, draw_legend, draw_title,
-                  fresh_figure, text_width, title_inches)
+from .kit import (
+    MONO,
+    SMALL_PT,
+    TEXT_PT,
+    Key,
+    Label,
+    Panel,
+    draw_labels,
+    draw_legend,
+    draw_title,
+    fresh_figure,
+    text_width,
+    title_inches,
+)
 from .palette import DANGER, GREY, OKABE_ITO, tint
 from .reading import Blocks, arg_problem, pointer_text, show_full_pointers, until
 from .takeaways import capture_title

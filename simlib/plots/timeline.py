@@ -9,8 +9,7 @@ from matplotlib.figure import Figure
 
 from ..memory import short_ptr
 from ..trace import Capture, DeviceSpan, EventOp, Fault, Launch, Mutation, Record, SkippedLaunch, Trace
-from .kit import (SMALL_PT, TEXT_PT, Key, Label, Panel, draw_legend, draw_title, fresh_figure,
-                  text_width, title_inches)
+from .kit import SMALL_PT, TEXT_PT, Key, Label, Panel, draw_legend, draw_title, fresh_figure, text_width, title_inches
 from .palette import DANGER, GREY, ROLE_COLOURS, ROLE_NAMES, ink, role_colour, tint
 from .reading import late_starts, replay_spans, streams_of, until
 from .takeaways import late_words, timeline_takeaway

@@ -34,10 +34,10 @@ from ..memory import CachingAllocator
 from ..stream import Stream
 from ..timing import Profile
 from ..trace import Fault, Trace
-from .capture import CaptureCalls
-from .kernels import KernelCalls
+from .graph_capture import CaptureCalls
+from .launches import KernelCalls
+from .ordering import StreamCalls
 from .replay import ReplayCalls
-from .streams import StreamCalls
 from .tensors import TensorCalls
 
 if TYPE_CHECKING:

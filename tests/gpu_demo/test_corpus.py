@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_demo.cli import check as check_commands
 from gpu_demo import corpus
+from gpu_demo.cli import check as check_commands
 from gpu_demo.cli.main import main
 from gpu_demo.corpus import runner
 from gpu_demo.measure.overhead import compare
@@ -289,8 +289,8 @@ def test_the_overhead_table_shows_the_plain_passes_its_ratio_pairs_with(monkeypa
 
 
 def test_an_untraced_process_that_cannot_build_its_stack_says_why():
-    from gpu_demo.moe.settings import RunSettings
     from gpu_demo.measure.untraced import UntracedPasses
+    from gpu_demo.moe.settings import RunSettings
 
     with pytest.raises(RuntimeError, match="untraced plain passes' process ended") as caught:
         UntracedPasses("no_such_stack", 1, RunSettings(dtype="float32", device="cpu"))
@@ -299,8 +299,8 @@ def test_an_untraced_process_that_cannot_build_its_stack_says_why():
 
 @pytest.mark.gpu
 def test_untraced_plain_passes_are_timed_in_a_process_that_never_records():
-    from gpu_demo.moe.settings import RunSettings
     from gpu_demo.measure.untraced import UntracedPasses
+    from gpu_demo.moe.settings import RunSettings
 
     with UntracedPasses("plain_pytorch_stack", 2, RunSettings()) as untraced:
         times = [untraced() for _ in range(3)]

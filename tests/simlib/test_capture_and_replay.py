@@ -2,9 +2,18 @@
 
 import pytest
 
-from simlib import (CapturedEvent, IllegalAddress, Runtime, StreamCaptureImplicit,
-                    StreamCaptureInvalidated, StreamCaptureIsolation, StreamCaptureUnjoined,
-                    StreamCaptureUnsupported, Sym, raw)
+from simlib import (
+    CapturedEvent,
+    IllegalAddress,
+    Runtime,
+    StreamCaptureImplicit,
+    StreamCaptureInvalidated,
+    StreamCaptureIsolation,
+    StreamCaptureUnjoined,
+    StreamCaptureUnsupported,
+    Sym,
+    raw,
+)
 from simlib.trace import Capture, DeviceSpan, Launch
 
 

@@ -17,8 +17,21 @@ import pytest
 
 from simlib.checker import ERROR, WARNING, Finding, check, format_report
 from simlib.glossary import GRAPH_HOLDS, NO_NODE, NULL_POINTER_NODE
-from simlib.trace import (Alloc, Arg, Capture, EventOp, Free, HostRead, Launch, Mutation, Record,
-                          Replay, SkippedLaunch, Trace, View)
+from simlib.trace import (
+    Alloc,
+    Arg,
+    Capture,
+    EventOp,
+    Free,
+    HostRead,
+    Launch,
+    Mutation,
+    Record,
+    Replay,
+    SkippedLaunch,
+    Trace,
+    View,
+)
 
 ROWS, HIDDEN, ITEM = 4, 8, 2
 NBYTES = ROWS * HIDDEN * ITEM

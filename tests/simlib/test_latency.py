@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from deadline import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deadline import within
-
-from simlib.latency import (CROSS_STREAM, PDL, PLACEMENTS, compare, format_table,
-                            replay_latency, replay_timing)
+from simlib.latency import CROSS_STREAM, PDL, PLACEMENTS, compare, format_table, replay_latency, replay_timing
 from simlib.spec import MoEConfig
 from simlib.timing import Profile
 from simlib.trace import DeviceSpan, Launch, Trace

@@ -17,8 +17,7 @@ from simlib import Runtime, glossary, latency, plots, profiles, scenarios  # noq
 from simlib.memory import short_ptr  # noqa: E402
 from simlib.spec import MATRIX, MoEConfig  # noqa: E402
 from simlib.timing import Profile  # noqa: E402
-from simlib.trace import (Alloc, Arg, Capture, DeviceSpan, Free, Launch, Mutation,  # noqa: E402
-                          SkippedLaunch, Trace)
+from simlib.trace import Alloc, Arg, Capture, DeviceSpan, Free, Launch, Mutation, SkippedLaunch, Trace  # noqa: E402
 
 ROUTED_FIRST = MoEConfig(order="routed_first", shared_mode="static_buffer")
 SHARED_FIRST = ROUTED_FIRST.with_(order="shared_first")

@@ -16,14 +16,14 @@ from typing import Callable, Iterator
 
 import pytest
 import torch
-from simlib.trace import Launch, Trace
 from torch.cuda import _gpu_trace
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from gpu_demo.record.cuda_device import Device
 from gpu_demo.record.recorder import CaptureRecorder
-from gpu_demo.record.device import Device
+from simlib.trace import Launch, Trace
 
 DEFAULT, CAPTURE, ALT, ALT2, SIDE = 0, 5000, 11000, 12000, 13000   # raw cudaStream_t ids
 

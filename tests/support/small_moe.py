@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from simlib.checker import check
-from simlib.spec import MoEConfig
-from simlib.trace import Launch, Trace
 
 from gpu_demo.moe.record import record_moe
 from gpu_demo.moe.settings import RunSettings
+from simlib.checker import check
+from simlib.spec import MoEConfig
+from simlib.trace import Launch, Trace
 
 REPO = Path(__file__).resolve().parents[2]
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")

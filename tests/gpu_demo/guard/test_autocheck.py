@@ -1,4 +1,5 @@
-"""Checking captures as they happen: ``capture_checked`` and ``CAPTURE_ORDER_CHECK``, on a CPU (and, with a GPU, in a real process)."""
+"""Checking captures as they happen: ``capture_checked`` and ``CAPTURE_ORDER_CHECK``, on a CPU
+(and, with a GPU, in a real process)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ torch = pytest.importorskip("torch")
 from gpu_fakes import ALT, FakeGraph, cuda_graph, fake_graph_methods, fork, join, streams  # noqa: E402
 
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
-from gpu_demo.record import patches
 from gpu_demo.autocheck import main, mode_from  # noqa: E402
+from gpu_demo.record import patches  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 

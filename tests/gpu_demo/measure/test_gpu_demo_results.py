@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+
 from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, UNORDERED
 from simlib.spec import MATRIX, MoEConfig
 

@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import torch
-from simlib.checker import check
-from simlib.spec import MoEConfig
-from simlib.trace import EventOp, HostSync, Launch, Mutation, Replay, Trace
-from small_moe import CPU32, REPO, SMALL, SMALL_FLAGS, captured, no_cuda, reads_of_x, record, rules
+from small_moe import REPO, no_cuda
 
-from gpu_demo import assert_capture_safe
-from gpu_demo.cli.main import _config, build_parser, main
-from gpu_demo.moe.kernels import swiglu
-from gpu_demo.moe.model import MoEStack, dispose_tensor
-from gpu_demo.moe.record import record_moe
+from gpu_demo.cli.main import main
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error
-from gpu_demo.protocol.metric import relative_error
-from gpu_demo.record.dry_run import dry_capture
 
 
 @pytest.mark.parametrize("field, value, names", [

@@ -15,16 +15,40 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_fakes import (ALT, ALT2, SIDE, FakeGraph, by_kernel, cuda_graph,  # noqa: E402
-                       fake_graph_methods, fork, graph_launches, join, recording, runtime, streams)
-from simlib.checker import check  # noqa: E402
-from simlib.trace import (Alloc, Capture, EventOp, Free, HostRead, HostSync, Launch, Mutation,  # noqa: E402
-                          Replay, SkippedLaunch, Trace)
+from gpu_fakes import (  # noqa: E402
+    ALT,
+    ALT2,
+    SIDE,
+    FakeGraph,
+    by_kernel,
+    cuda_graph,
+    fake_graph_methods,
+    fork,
+    graph_launches,
+    join,
+    recording,
+    runtime,
+    streams,
+)
 from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E402
 
-from gpu_demo.record import hooks, patches  # noqa: E402
 from gpu_demo.measure.overhead import EmptyDispatchMode  # noqa: E402
-from gpu_demo.record.device import Device, block_bytes  # noqa: E402
+from gpu_demo.record import hooks, patches  # noqa: E402
+from gpu_demo.record.cuda_device import Device, block_bytes  # noqa: E402
+from simlib.checker import check  # noqa: E402
+from simlib.trace import (  # noqa: E402
+    Alloc,
+    Capture,
+    EventOp,
+    Free,
+    HostRead,
+    HostSync,
+    Launch,
+    Mutation,
+    Replay,
+    SkippedLaunch,
+    Trace,
+)
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -64,7 +88,7 @@ def test_an_annotate_mark_names_the_stream_it_marks(streams, fake_graph_methods)
 
 
 def test_the_real_device_asks_torch_for_the_raw_current_stream_once_cuda_is_initialised(monkeypatch):
-    from gpu_demo.record.device import cuda_device
+    from gpu_demo.record.cuda_device import cuda_device
 
     initialised = [False]
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised[0])
@@ -444,7 +468,7 @@ def test_a_label_belongs_to_its_tensor_object_and_goes_with_it(monkeypatch):
     other = torch.randn(2)
     real_id = id
     monkeypatch.setattr(annotate, "id", raising=False,          # other at named's address
-                        value=lambda obj: real_id(named) if obj is other else real_id(obj))
+                        value=lambda obj: real_id(named) if obj is other else real_id(obj))  # noqa: F821 (del below)
     assert (annotate.label_of(named), annotate.label_of(other)) == ("x", None)
     before = len(annotate._labels)
     del named

@@ -10,8 +10,13 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from ..errors import (CaptureError, StreamCaptureImplicit, StreamCaptureInvalidated,
-                      StreamCaptureUnjoined, StreamCaptureUnsupported)
+from ..errors import (
+    CaptureError,
+    StreamCaptureImplicit,
+    StreamCaptureInvalidated,
+    StreamCaptureUnjoined,
+    StreamCaptureUnsupported,
+)
 from ..graph import CAPTURE_MODES, GLOBAL, RELAXED, Capture, CapturedGraph
 from ..stream import Stream
 from ..tensor import TensorHandle

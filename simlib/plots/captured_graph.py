@@ -11,12 +11,25 @@ from ..glossary import UNORDERED, term
 from ..scenarios import ScenarioResult
 from ..trace import Capture, EventOp, Launch, SkippedLaunch, Trace
 from ..verdict import races
-from .kit import (LINE_EMS, MONO, TEXT_PT, Key, Label, Panel, box_path, draw_legend, draw_shapes,
-                  draw_title, fresh_figure, text_height, text_width, title_inches)
+from .kit import (
+    LINE_EMS,
+    MONO,
+    TEXT_PT,
+    Key,
+    Label,
+    Panel,
+    box_path,
+    draw_legend,
+    draw_shapes,
+    draw_title,
+    fresh_figure,
+    text_height,
+    text_width,
+    title_inches,
+)
 from .palette import DANGER, GREY, role_colour, tint
 from .reading import Blocks, arg_problem, pointer_text, show_full_pointers, trace_of, until
 from .takeaways import capture_title
-
 
 _NODE_PT = TEXT_PT
 _NODE_PAD = 4.0          # points between a node's text and its box
