@@ -221,3 +221,15 @@ def test_the_readme_quotes_the_committed_cpp_observer_run():
     assert (f"took {moe['cpp_observer_ratio']:.2f} times the untraced warm-up and capture of the MoE stack and "
             f"{plain['cpp_observer_ratio']:.2f} times for the plain-PyTorch one, where the empty dispatch mode "
             f"took {moe['floor_ratio']:.2f} and {plain['floor_ratio']:.2f}") in readme
+
+
+def test_the_layout_rerun_on_the_h200_reproduced_every_committed_outcome():
+    rerun = RESULTS / "reruns" / "2026-12-01-layout"
+    for kind, cases, key, fields in (("matrix", "cases", lambda c: json.dumps(c["config"], sort_keys=True),
+                                      lambda c: c["outcome"]),
+                                     ("corpus", "programs", lambda p: p["name"],
+                                      lambda p: (p["truth"]["outcome"], p["guard"]["verdict"], p["guard"]["rules"]))):
+        committed = {key(c): fields(c) for c in load(kind)[cases]}
+        again = json.loads((rerun / f"{kind}-h200.json").read_text())
+        assert again["provenance"]["gpu"] == "NVIDIA H200"
+        assert {key(c): fields(c) for c in again[cases]} == committed

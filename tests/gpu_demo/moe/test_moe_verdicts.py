@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from small_moe import CPU32, SMALL, SMALL_FLAGS, no_cuda, record, rules
+from small_moe import SMALL, SMALL_FLAGS, no_cuda, record, rules
 
 from gpu_demo import assert_capture_safe
 from gpu_demo.cli.main import main
@@ -65,16 +65,22 @@ def test_record_dry_run_reports_a_failed_capture(capsys, tmp_path):
     assert Trace.from_json(trace_file.read_text()).meta["capture_error"] == "capture_error:shape_mismatch"
 
 
+# An nn.Module instance given to the guard must live where the guard runs it: on the GPU of a
+# classroom seat (a real capture and replays, in this process: a CUDA module does not pickle),
+# on the CPU elsewhere (the dry run).
+WHERE_THE_GUARD_RUNS = RunSettings(device="auto", dtype="float32")
+
+
 def test_assert_capture_safe_raises_with_the_report_for_the_incident():
-    model = MoEStack(SMALL.with_(order="routed_first"), CPU32)
+    model = MoEStack(SMALL.with_(order="routed_first"), WHERE_THE_GUARD_RUNS)
     with pytest.raises(AssertionError) as err:
-        assert_capture_safe(model, torch.randn(4, 32))
+        assert_capture_safe(model, torch.randn(4, 32), isolate=False)
     assert "host_mutation" in str(err.value) and "dispose_tensor" in str(err.value)
 
 
 def test_assert_capture_safe_accepts_the_fixed_program():
-    assert_capture_safe(MoEStack(SMALL.with_(order="routed_first", dispose="skip_in_capture"), CPU32),
-                        torch.randn(4, 32))
+    assert_capture_safe(MoEStack(SMALL.with_(order="routed_first", dispose="skip_in_capture"),
+                                 WHERE_THE_GUARD_RUNS), torch.randn(4, 32), isolate=False)
 
 
 @no_cuda
