@@ -167,7 +167,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _headline(args: argparse.Namespace) -> int:
-    print(write_headline(args.out))
+    try:
+        print(write_headline(args.out))
+    except OSError as exc:
+        args.parser.error(f"cannot write --out {args.out}: {exc.strerror or exc}")
     return 0
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from gpu_demo.cli.common import default_path, format_table, no_cuda, positive_int, write_result
+from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, unwritable, write_result
 from gpu_demo.protocol.tolerance import DTYPES
 
 
@@ -77,6 +77,9 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
     from gpu_demo.guard.check import check_capture
     from gpu_demo.guard.target import TargetError
 
+    problem = unwritable(args.json) if args.json is not None else None
+    if problem:
+        return cannot_write("check", "json", args.json, problem)
     dtype = DTYPES[args.dtype]
     inputs = [torch.randn(shape, generator=torch.Generator().manual_seed(args.seed)).to(dtype)
               for shape in args.input_shape]
@@ -88,7 +91,10 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     print(report.format())
     if args.json:
-        write_result(args.json, argv, report.to_dict())
+        try:
+            write_result(args.json, argv, report.to_dict())
+        except OSError as exc:
+            return cannot_write("check", "json", args.json, exc.strerror or str(exc))
     if report.problem:
         return 2
     return 0 if report.passed else 1

@@ -99,6 +99,9 @@ class GuardReport:
             return False
         return not (self.strict and self.findings)
 
+    def __str__(self) -> str:
+        return self.format()
+
     def format(self) -> str:
         """The report a person reads: verdict, the replay's proof, the checker's explanation."""
         said = "not replayed" if self.verdict is None else f"{words(self.verdict)} ({self.verdict})"

@@ -194,3 +194,11 @@ def test_check_of_the_reorder_fix_gives_the_verdict_unordered_and_exits_0(capsys
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("simulated outcome: unordered (its replays: correct, but the graph leaves a race; "
                           "see below)")
+
+
+def test_headline_that_cannot_write_its_folder_exits_2_without_a_traceback(tmp_path):
+    (tmp_path / "file.txt").write_text("")
+    done = subprocess.run([sys.executable, "-m", "simlib", "headline", "--out", str(tmp_path / "file.txt" / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "cannot write --out" in done.stderr
+    assert "Traceback" not in done.stderr

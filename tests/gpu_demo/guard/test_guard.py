@@ -437,3 +437,19 @@ def test_the_lab_solution_passes_strictly_and_the_student_file_is_reported_hones
         assert check_capture("gpu_demo.lab.my_layer:make").verdict == "capture_error:NotImplementedError"
     else:
         assert "dry run" in check_capture("gpu_demo.lab.my_layer:make").format()
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "/proc/nope/report.json"])
+def test_check_that_cannot_write_its_json_says_so_and_exits_2(where, tmp_path, capsys):
+    if where == "under_a_file":
+        (tmp_path / "file.txt").write_text("")
+        where = str(tmp_path / "file.txt" / "report.json")
+    code = main(["check", "tests.gpu_demo.guard.test_guard:double", "--input-shape", "4,8", "--json", where])
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines()[0].startswith(f"gpu_demo check: cannot write --json {where}")
+    assert "Traceback" not in err
+
+
+def test_a_report_prints_as_the_report_a_person_reads():
+    report = check_capture(double, torch.randn(4, 8), isolate=False)
+    assert str(report) == report.format() and str(report).startswith("test_guard:double: passed")
