@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, unwritable, write_result
+from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, refuse_unwritable, write_result
 from gpu_demo.protocol.tolerance import DTYPES
 
 
@@ -77,9 +77,9 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
     from gpu_demo.guard.check import check_capture
     from gpu_demo.guard.target import TargetError
 
-    problem = unwritable(args.json) if args.json is not None else None
-    if problem:
-        return cannot_write("check", "json", args.json, problem)
+    refused = refuse_unwritable("check", args, "json")
+    if refused is not None:
+        return refused
     dtype = DTYPES[args.dtype]
     inputs = [torch.randn(shape, generator=torch.Generator().manual_seed(args.seed)).to(dtype)
               for shape in args.input_shape]

@@ -35,6 +35,17 @@ def cannot_write(command: str, flag: str, path: Path, why: str) -> int:
     return 2
 
 
+def refuse_unwritable(command: str, args: argparse.Namespace, *flags: str) -> int | None:
+    """2, after saying why, when an output flag of ``args`` names a path that cannot be written
+    (checked before a long run rather than after it); ``None`` when every one can be."""
+    for flag in flags:
+        path = getattr(args, flag, None)
+        problem = unwritable(path) if path is not None else None
+        if problem:
+            return cannot_write(command, flag, path, problem)
+    return None
+
+
 def unwritable(path: Path) -> str | None:
     """Why ``path`` cannot be written, checked before a long run rather than after it."""
     if path.is_dir():

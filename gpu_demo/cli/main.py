@@ -34,7 +34,7 @@ from gpu_demo.cli.common import (
     format_table,
     no_cuda,
     positive_int,
-    unwritable,
+    refuse_unwritable,
     write_result,
 )
 from gpu_demo.moe.settings import RunSettings
@@ -194,11 +194,9 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[
         settings = RunSettings(dtype=args.dtype, seed=args.seed, device="cpu" if dry_run else "auto")
     except ValueError as exc:
         parser.error(str(exc))
-    for flag in ("out", "calibration_out", "trace_out"):
-        path = getattr(args, flag, None)
-        problem = unwritable(path) if path is not None else None
-        if problem:
-            return cannot_write(args.command, flag, path, problem)
+    refused = refuse_unwritable(args.command, args, "out", "calibration_out", "trace_out")
+    if refused is not None:
+        return refused
     if not dry_run and no_cuda(args.command, " (or record --dry-run on the CPU)" if args.command == "record" else ""):
         return 2
     handler = {"run": _run, "bench": _bench, "decode": _decode, "record": _record}[args.command]

@@ -36,9 +36,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gpu_demo.guard.target import Built, TargetError, build
-from gpu_demo.protocol.capture_replay import ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
 from gpu_demo.protocol.cuda_errors import one_line
-from gpu_demo.protocol.metric import tensors_in
+from gpu_demo.protocol.metric import output_tensors
 from gpu_demo.record.capture import record_capture
 
 NO_CUDA = ("no CUDA device on this machine: only the static dry run ran (the recorder ran the function "
@@ -50,7 +50,7 @@ class EagerFailure(RuntimeError):
 
 
 def _clones(tree: Any) -> list[torch.Tensor]:
-    return [t.clone() for t in tensors_in(tree)]
+    return [t.clone() for t in output_tensors(tree)]
 
 
 # -- the guard's child ---------------------------------------------------------------------
@@ -94,9 +94,8 @@ def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any
         except Exception as exc:
             raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
                                "(are the example inputs' shapes and dtypes right?)") from exc
-        if not tensors_in(out):
-            raise TargetError(f"{subject.name} returned no tensor; the guard compares replay outputs with the "
-                              "reference, so return the output tensor(s)")
+        if not output_tensors(out):
+            raise TargetError(f"{subject.name} {NO_TENSOR_OUTPUT}")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})
     return {"mode": "cuda" if device.type == "cuda" else "dry_run", "trace": trace.to_json()}
 

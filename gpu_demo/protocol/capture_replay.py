@@ -28,9 +28,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
-from gpu_demo.protocol.metric import output_error, tensors_in
+from gpu_demo.protocol.metric import output_error, output_tensors
 from gpu_demo.protocol.tolerance import tolerance_for
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG
+
+NO_TENSOR_OUTPUT = ("returned no tensor; a replay is judged by comparing its outputs with the reference's, "
+                    "so return the output tensor(s)")
 
 
 def warm_up(fn: Callable[[], object], iterations: int = 2) -> None:
@@ -98,10 +101,9 @@ def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Ten
         first = first_error(exc)
         return ReplayEvidence(True, classify_capture_failure(first), reference=reference,
                               message=one_line(first), raw_error=str(first))
-    outputs = tensors_in(out)
+    outputs = output_tensors(out)
     if not outputs:
-        raise ValueError("the function returned no tensor; a replay is judged by comparing its outputs "
-                         "with the reference's, so return the output tensor(s)")
+        raise ValueError(f"the function {NO_TENSOR_OUTPUT}")
     tolerance = max(tolerance_for(t.dtype) for t in outputs)
     errors: list[float | None] = []
     for i, inputs in enumerate(replay_inputs):

@@ -26,14 +26,14 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
     return diff / scale if scale else diff
 
 
-def tensors_in(tree: Any) -> list[torch.Tensor]:
+def output_tensors(tree: Any) -> list[torch.Tensor]:
     """The tensors of a (nested) output, in ``torch.utils._pytree`` order."""
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
 
 def output_error(got: Any, want: Any) -> float:
     """Largest ``relative_error`` over the output tensors (``inf`` if their structure or shapes differ)."""
-    got_leaves, want_leaves = tensors_in(got), tensors_in(want)
+    got_leaves, want_leaves = output_tensors(got), output_tensors(want)
     if len(got_leaves) != len(want_leaves):
         return math.inf
     worst = 0.0
