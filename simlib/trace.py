@@ -175,6 +175,12 @@ class Launch(Record):
     graph: GraphId | None
     deps: tuple[LaunchId, ...] = ()
     pdl: bool = False
+    # The launch's non-tensor arguments as the host froze them: (name, repr) pairs
+    # (a Python float, a host int that sizes or slices). A graph replays these values.
+    scalars: tuple[tuple[str, str], ...] = ()
+    # Where the host issued it: "file:line" of the innermost user frame ("" unknown).
+    # Launches of one call site line up across calls (the frozen-value rules).
+    site: str = ""
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -211,6 +217,18 @@ class HostSync(Record):
     op: str
     label: str
     stream: StreamName | None
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class Call(Record):
+    """One call of the code under check began or ended: a warm-up call, the capture's
+    call, or an eager call the whole-process mode saw. Launches between a ``begin`` and
+    its ``end`` belong to call ``index``; the rules compare calls op by op."""
+
+    kind: ClassVar[str] = "call"
+    op: str  # "begin" | "end"
+    index: int
+    phase: str  # "warmup" | "capture" | "eager"
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -261,7 +279,7 @@ class Fault(Record):
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.kind: cls
     for cls in (Alloc, Free, Mutation, View, HostRead, Launch, SkippedLaunch, EventOp, HostSync,
-                Capture, Replay, DeviceSpan, Fault)
+                Call, Capture, Replay, DeviceSpan, Fault)
 }
 
 R = TypeVar("R", bound=Record)
@@ -323,6 +341,8 @@ def _record_from_dict(data: dict[str, Any]) -> Record:
         value = data[f.name]
         if f.name == "args":
             value = tuple(Arg(**{**a, "shape": tuple(a["shape"])}) for a in value)
+        elif f.name == "scalars":
+            value = tuple(tuple(pair) for pair in value)
         elif isinstance(value, list):
             value = tuple(value)
         values[f.name] = value

@@ -25,8 +25,9 @@ FLOORS = [
     ("gpu_demo.record",),
     ("gpu_demo.guard", "gpu_demo.autocheck"),
     ("gpu_demo",),                          # the package's public surface: guard and record
-    ("gpu_demo.corpus",),                   # plain-PyTorch programs; their runner uses the guard
+    ("gpu_demo.corpus", "gpu_demo.zoo"),    # plain-PyTorch programs and real models; runners use the guard
     ("gpu_demo.moe",),
+    ("gpu_demo.distributed",),              # the tensor-parallel MoE and the guard under torchrun
     ("gpu_demo.measure",),
     ("gpu_demo.cli", "gpu_demo.__main__"),
     ("gpu_demo.lab",),                      # the tutorial's exercise: uses the public surface
