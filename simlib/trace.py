@@ -241,6 +241,10 @@ class Capture(Record):
     stream: StreamName
     inputs: tuple[DataPtr, ...] = ()
     error: str | None = None
+    # The memory pool the capture allocates from: "" is the graph's own private pool
+    # (``simlib.memory.graph_pool(graph)``); another graph's pool name when it was
+    # captured into that pool (``torch.cuda.graph(g2, pool=g1.pool())``).
+    pool: str = ""
 
 
 @dataclass(slots=True, unsafe_hash=True)
