@@ -42,7 +42,8 @@ Rules (severity ``error``: wrong on every replay, or no graph at all;
 5. ``stale_input`` (error): a replay ran with no eager write into one of the
    graph's static inputs since the capture ended or the previous replay.
 6. ``extent_exceeds_storage`` (error): a captured launch touches more bytes at
-   an argument (``Arg.nbytes``: its elements, or a raw kernel's declared size)
+   an argument (``Arg.nbytes``: the span its view can touch from its pointer, by
+   its sizes and strides, or a raw kernel's declared size)
    than lie behind its pointer (``Arg.storage_nbytes``; none behind pointer
    0): every replay reads past the end into neighbouring data, writes over it,
    or faults at address 0. An argument rule 2 reports is not reported again:
