@@ -13,6 +13,7 @@
 ``fidelity`` the simulator against the committed H200 results (no GPU)
 
 ``check``, ``corpus`` and ``recorder-overhead`` are ``gpu_demo.cli.check``'s.
+``zoo`` is ``gpu_demo.zoo.runner``'s (the model zoo's truth and the guard's verdicts).
 ``record --dry-run``, ``fidelity``, ``check``, ``corpus --summary`` and
 ``recorder-overhead --dry-run`` run on a CPU; every other command needs CUDA,
 and without it prints one line and exits with status 2.
@@ -39,6 +40,7 @@ from gpu_demo.cli.common import (
 )
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol.tolerance import DTYPES
+from gpu_demo.zoo import runner as zoo_runner
 from simlib.graph import CAPTURE_MODES
 from simlib.spec import (
     CAPTURE_FAULTS,
@@ -129,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("fidelity", help="the simulator against the committed H200 results "
                         "(outcomes and replay latency; no GPU needed)")
     check_cli.register(commands)  # check, corpus, recorder-overhead (gpu_demo.cli.check)
+    commands.add_parser("zoo", add_help=False, help="the model zoo on a GPU: truth, verdict and check time per "
+                        "model (gpu_demo.zoo.runner; its flags: zoo --help)")
     return parser
 
 
@@ -171,6 +175,8 @@ def _config(args: argparse.Namespace) -> MoEConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["zoo"]:   # every flag after it is the zoo runner's own
+        return zoo_runner.main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -4,8 +4,8 @@ Every zoo entry is a correct program, so any finding on it is a false alarm. The
 decoders hand the recorder what real models do (an expanded ``position_ids``,
 GQA's ``repeat_kv``, broadcast masks): with extents sized as ``numel * itemsize``
 rule 6 fired on every one of them. An entry whose library cannot be imported here
-is skipped with the reason (timm needs torchvision, which the project installs only
-beside a CUDA build of torch).
+is skipped with the reason (timm needs torchvision, which the package index has only
+as a CUDA build, which cannot load beside a CPU torch).
 """
 
 from __future__ import annotations
@@ -146,6 +146,27 @@ def test_the_runner_says_in_one_line_what_it_needs(capsys, tmp_path):
     assert capsys.readouterr().out.strip() == runner.summary(runner.load_results()).strip()
 
 
+def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_died(monkeypatch):
+    def check_entry(name, **options):
+        done = fake_entry(name)
+        return {k: v for k, v in done.items() if k not in ("truth", "clean")}
+
+    monkeypatch.setattr(runner, "check_entry", check_entry)
+    correct = {"outcome": "correct", "errors": [0.0, 0.0, 0.0]}
+    monkeypatch.setattr(runner, "run_in_child", lambda entry, payload, timeout: {
+        "truths": {"llama_decode": correct}, "child_error": {"message": "RuntimeError: CUDA error: an illegal memory access"}})
+    results = runner.run_zoo(["llama_decode", "qwen2_forward"], jobs=2)
+    assert [(r["name"], r["truth"]["outcome"], r["clean"]) for r in results] == [
+        ("llama_decode", "correct", True), ("qwen2_forward", None, False)]
+    assert results[1]["truth"]["message"] == "RuntimeError: CUDA error: an illegal memory access"
+
+
+def test_gpu_demo_zoo_is_the_runner():
+    from gpu_demo.cli.main import main
+
+    assert main(["zoo", "--summary"]) == 0 and main(["zoo"]) == 2
+
+
 def test_the_runner_writes_json_with_provenance(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(zoo, "unavailable", lambda e: None)
@@ -165,7 +186,7 @@ def test_the_runner_writes_json_with_provenance(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.gpu
 def test_a_decode_steps_replays_match_a_second_build_and_the_guard_passes_it():
-    result = runner.check_entry("llama_decode", dtype="bfloat16", replays=3, seed=0, timeout=300)
-    result["truth"] = runner.truth("llama_decode", dtype=torch.bfloat16, replays=3, seed=0)
-    assert result["truth"]["outcome"] == "correct", result["truth"]
-    assert runner.clean(result), result["guard"]
+    truth = runner.truth("llama_decode", dtype=torch.bfloat16, replays=3, seed=0)
+    assert truth["outcome"] == "correct", truth
+    report = check_capture(zoo.entry("llama_decode").target, dtype=torch.bfloat16)
+    assert report.passed and report.findings == [], report.format()
