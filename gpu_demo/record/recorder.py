@@ -111,7 +111,7 @@ _OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
 SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
 # The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
 POSITIONAL: dict[type[Record], tuple[str, ...]] = {
-    Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl"),
+    Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl", "scalars", "site"),
     View: ("tensor", "label", "base", "ptr", "numel", "shape", "graph"),
     Alloc: ("tensor", "label", "ptr", "nbytes", "stream", "pool"),
     Free: ("label", "ptr", "nbytes", "stream", "pool", "graph"),
