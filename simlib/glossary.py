@@ -21,6 +21,9 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 ``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
                            (``cudaErrorStreamCaptureUnsupported``, ...) or
                            ``shape_mismatch`` for a host-side shape check
+``graph_eager_differ``     the replays and the eager reference disagree and the
+                           checker found nothing in the capture: the two paths
+                           compute different things, and neither is named wrong
 
 ``unordered`` is a verdict about the *program*, not a result a replay can
 show: a replay is right or wrong. A GPU run of an unordered program reports
@@ -56,6 +59,7 @@ SILENT_WRONG = "silent_wrong"
 ILLEGAL_ADDRESS = "illegal_address"
 CAPTURE_ERROR_PREFIX = "capture_error:"
 SHAPE_MISMATCH = "shape_mismatch"
+GRAPH_EAGER_DIFFER = "graph_eager_differ"
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,11 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(CAPTURE_ERROR_PREFIX, "a capture error", "capture fails",
          "the capture itself failed, so there is no graph to replay",
          "#56B4E9"),
+    Term(GRAPH_EAGER_DIFFER, "graph and eager differ", "graph and eager differ",
+         "the replays and the eager reference disagree and the checker found nothing in the capture: "
+         "the program computes something else when captured (a path taken only in capture, or not taken), "
+         "and the guard cannot tell which of the two is the one you meant",
+         "#999999"),
 )}
 
 NULL_POINTER_NODE = "null_pointer_node"

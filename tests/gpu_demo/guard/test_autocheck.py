@@ -197,7 +197,7 @@ def test_a_built_wheel_puts_the_pth_at_the_top_of_site_packages(tmp_path):
     assert done.returncode == 0, done.stderr
     wheel = tmp_path / done.stdout.strip().splitlines()[-1]
     names = zipfile.ZipFile(wheel).namelist()
-    assert "capture_order_check.pth" in names and "gpu_demo/autocheck.py" in names
+    assert "capture_order_check.pth" in names and "gpu_demo/autocheck/__main__.py" in names
 
 
 # -- whole process, on a GPU ------------------------------------------------------------------
