@@ -120,16 +120,16 @@ class GuardReport:
 
     @property
     def answer(self) -> str:
-        """``passed``, ``NOT capture-safe``, ``graph and eager differ``, ``could not check`` or
-        ``NOT CHECKED ON A GPU`` (module docstring)."""
+        """``NOT capture-safe``, ``could not check``, ``graph and eager differ``, ``NOT CHECKED ON A GPU``
+        or ``passed`` (module docstring), in that order: a hazard the replays or the checker proved
+        stands even when the rest of the check could not be done."""
+        proved = self.verdict not in (None, CORRECT, UNORDERED, GRAPH_EAGER_DIFFER)
+        if proved or any(f.severity == ERROR for f in self.findings) or (self.strict and self.findings):
+            return NOT_SAFE
         if self.problem:
             return COULD_NOT_CHECK
         if self.verdict == GRAPH_EAGER_DIFFER:
             return words(GRAPH_EAGER_DIFFER)
-        if self.verdict not in (None, CORRECT, UNORDERED) or any(f.severity == ERROR for f in self.findings):
-            return NOT_SAFE
-        if self.strict and self.findings:
-            return NOT_SAFE
         return NOT_ON_GPU if self.verdict is None else PASSED
 
     @property

@@ -134,8 +134,10 @@ def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any
         try:
             out = built.fn(*(t.clone() for t in inputs))
         except Exception as exc:
+            needs_cuda = device.type == "cpu" and "CUDA" in str(exc)
+            hint = "it needs CUDA: check it on a GPU" if needs_cuda else "are the example inputs' shapes and dtypes right?"
             raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
-                               "(are the example inputs' shapes and dtypes right?)") from exc
+                               f"({hint})") from exc
         if not output_tensors(out):
             raise TargetError(f"{subject.name} {NO_TENSOR_OUTPUT}")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})

@@ -376,8 +376,19 @@ def test_check_of_a_safe_factory_exits_0_on_a_gpu_and_4_on_a_cpu_saying_so_first
 @no_cuda
 def test_check_of_a_triton_program_on_a_cpu_could_not_check_and_exits_3(capsys):
     code = main(["check", "gpu_demo.corpus.routed_first_set_empty_triton:make"])
-    first = capsys.readouterr().out.splitlines()[0]
-    assert code == 3 and first.startswith("gpu_demo.corpus.routed_first_set_empty_triton:make: could not check")
+    out = capsys.readouterr().out
+    assert code == 3 and out.startswith("gpu_demo.corpus.routed_first_set_empty_triton:make: could not check")
+    assert "it needs CUDA: check it on a GPU" in out and "NOT capture-safe" not in out
+
+
+@no_cuda
+def test_record_dry_run_says_first_what_a_dry_run_cannot_see(capsys):
+    code = main(["record", "--dry-run", "--order", "shared_first"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0 and lines[0] == ("shared_first/static_buffer/always: a CPU dry run only: nothing was captured "
+                                      "or replayed, so no replay, no graph-pool reuse and no cross-stream race "
+                                      "was checked; record on a GPU (without --dry-run) for those.")
+    assert lines[-1] == "No capture hazards found."
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -48,12 +48,9 @@ def test_one_worker_answers_many_calls_in_one_process_and_a_death_starts_a_new_o
         assert first["pid"] == second["pid"] != os.getpid() and second["n"] == 2 and worker.started == 1
         dead = worker.run(ENTRY + "child_dies", {}, 120)
         assert dead["stage"] == "recorded" and "child_error" in dead
-        raised = worker.run(ENTRY + "child_raises", {"n": 7}, 120)
-        assert raised["child_error"]["message"] == "ValueError: bad payload 7"
-        assert "Traceback" in raised["child_error"]["detail"] and worker.started == 2
         retired = worker.run(ENTRY + "child_pid", {"n": 3, "retire": True}, 120)
         after = worker.run(ENTRY + "child_pid", {"n": 4}, 120)
-        assert retired["pid"] != after["pid"] and worker.started == 4
+        assert retired["pid"] not in (first["pid"], after["pid"]) and worker.started == 3
         late = worker.run(ENTRY + "child_sleeps", {"seconds": 30}, 1)
         assert "ran past 1 s" in late["child_error"]["message"]
     finally:
@@ -63,7 +60,7 @@ def test_one_worker_answers_many_calls_in_one_process_and_a_death_starts_a_new_o
 def test_a_worker_answers_what_a_fresh_child_answers():
     with warm_checks() as worker:
         warm = run_checked(ENTRY + "child_raises", {"n": 5}, 120)
-        assert worker.started == 1
+        assert worker.started == 1 and "Traceback" in warm["child_error"]["detail"]
     fresh = run_in_child(ENTRY + "child_raises", {"n": 5}, 120)
     assert warm["child_error"]["message"] == fresh["child_error"]["message"]
     assert "pid" in run_checked(ENTRY + "child_pid", {"n": 1}, 120)   # outside a session: a fresh child
