@@ -21,14 +21,18 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 ``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
                            (``cudaErrorStreamCaptureUnsupported``, ...) or
                            ``shape_mismatch`` for a host-side shape check
-``graph_eager_differ``     the replays and the eager reference disagree and the
-                           checker found nothing in the capture: the two paths
-                           compute different things, and neither is named wrong
 
 ``unordered`` is a verdict about the *program*, not a result a replay can
 show: a replay is right or wrong. A GPU run of an unordered program reports
 what its replays showed (``correct`` or ``silent_wrong``) and the checker's
 race beside it.
+
+One more word is the guard's alone (``GUARD_VERDICTS``), since no device run
+and no simulation produces it: it compares two paths of one program.
+
+``graph_eager_differ``     the replays and the eager reference disagree and the
+                           checker found nothing in the capture: the two paths
+                           compute different things, and neither is named wrong
 
 What the graph holds for a late consumer
 ----------------------------------------
@@ -97,6 +101,10 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(CAPTURE_ERROR_PREFIX, "a capture error", "capture fails",
          "the capture itself failed, so there is no graph to replay",
          "#56B4E9"),
+)}
+
+# The guard's verdict when replays and eager disagree with nothing found (gpu_demo.guard.check).
+GUARD_VERDICTS: dict[str, Term] = {t.code: t for t in (
     Term(GRAPH_EAGER_DIFFER, "graph and eager differ", "graph and eager differ",
          "the replays and the eager reference disagree and the checker found nothing in the capture: "
          "the program computes something else when captured (a path taken only in capture, or not taken), "
@@ -126,9 +134,11 @@ def capture_error(name: str) -> str:
 
 
 def term(outcome: str) -> Term:
-    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included)."""
+    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included) or a guard verdict."""
     if outcome.startswith(CAPTURE_ERROR_PREFIX):
         return OUTCOMES[CAPTURE_ERROR_PREFIX]
+    if outcome in GUARD_VERDICTS:
+        return GUARD_VERDICTS[outcome]
     if outcome not in OUTCOMES:
         raise ValueError(f"{outcome!r} is not an outcome; the outcomes are: "
                          + ", ".join(repr(c) for c in OUTCOMES) + " (capture_error:<name>)")

@@ -17,8 +17,8 @@ process (``replay_in_child``, asked for by ``"replay_elsewhere"``).
    standard normal; integer: uniform between the example's min and max, so
    indices stay valid; or the user's ``fresh_inputs`` generator, for ids,
    positions and lengths that need structure);
-3. run the **reference** eagerly on clones of each fresh input, *before*
-   anything is captured, and keep the outputs. The reference is a separate
+3. run the **reference** eagerly on clones of each fresh input, *before* the
+   replay's warm-up and capture, and keep the outputs. The reference is a separate
    build: a factory is built again under the same seed (its own instance, its
    own static buffers); a plain function is the same function, and running it
    first is what keeps it honest: whatever global state it shares with the
