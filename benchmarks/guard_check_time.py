@@ -61,7 +61,7 @@ def llama(device: torch.device, dtype: torch.dtype):
 
 
 OPTIONAL = {"resnet18": "timm", "llama": "transformers"}
-MODELS = ("mlp", "encoder_layer", "dropout_mlp", "resnet18", "llama")
+MODELS = ("mlp", "llama", "resnet18", "dropout_mlp", "encoder_layer")   # most telling first, for --budget-s
 
 
 def _available(name: str) -> bool:
@@ -97,13 +97,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON results")
     parser.add_argument("--warm", type=int, default=3, help="warm checks per model after the first")
     parser.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no further model after this many seconds (the rest say so in the JSON)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("guard_check_time: needs a CUDA device (the check times are of real captures)", file=sys.stderr)
         return 2
     dtype = getattr(torch, args.dtype)
-    results = {name: measure(name, args.warm, dtype) if _available(name) else {"skipped": f"{OPTIONAL[name]} missing"}
-               for name in MODELS}
+    start, results = time.perf_counter(), {}
+    for name in MODELS:
+        if not _available(name):
+            results[name] = {"skipped": f"{OPTIONAL[name]} missing"}
+        elif args.budget_s is not None and time.perf_counter() - start > args.budget_s:
+            results[name] = {"skipped": f"time budget of {args.budget_s:g} s spent"}
+        else:
+            results[name] = measure(name, args.warm, dtype)
     for name, r in results.items():
         if "skipped" in r:
             print(f"{name:14s} skipped: {r['skipped']}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gpu_demo import warm_checks
 from gpu_demo.guard.check import check_capture
 from gpu_demo.guard.differential import Subject
 from gpu_demo.guard.target import TargetError, build, factory_call, portable
@@ -100,7 +101,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_function_and_a_closure_defined_in_main_are_checked_isolated_and_not(tmp_path):
+def run_cell_script(tmp_path: Path) -> None:
     pytest.importorskip("cloudpickle")
     script = tmp_path / "cell.py"
     script.write_text(SCRIPT)
@@ -112,3 +113,24 @@ def test_a_function_and_a_closure_defined_in_main_are_checked_isolated_and_not(t
         for isolate in ("True", "False"):
             assert f"{name} {isolate} {EXPECTED} None" in lines, done.stdout
     assert f"child {'cuda' if torch.cuda.is_available() else 'dry_run'} None" in lines, done.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU twin below runs it there")
+def test_a_function_and_a_closure_defined_in_main_are_checked_isolated_and_not(tmp_path):
+    run_cell_script(tmp_path)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_function_and_a_closure_defined_in_main_pass_isolated_and_not(tmp_path):
+    run_cell_script(tmp_path)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_factory_options_and_structured_inputs_pass_in_one_warm_worker():
+    with warm_checks() as worker:
+        reports = [check_capture("tests.gpu_demo.guard.test_targets:make_hidden", kwargs={"hidden": 16},
+                                 dtype=torch.float32),
+                   check_capture(functools.partial(make_sized, width=16), dtype=torch.float32),
+                   check_capture(embed_factory, fresh_inputs=every_id, dtype=torch.float32)]
+    assert all(r.passed for r in reports), [r.format() for r in reports]
+    assert worker.started == 1

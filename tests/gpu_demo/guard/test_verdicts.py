@@ -144,8 +144,9 @@ def captured_path_differs(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.gpu
 def test_dropout_in_train_mode_inside_a_capture_is_not_called_wrong():
     report = check_capture_here(dropout_factory)
+    # Different dropout masks would miss by about 0.5; the fp32 tolerance is 1e-5.
     assert report.verdict == "correct" and report.passed, report.format()
-    assert report.replay.stochastic and all(e == 0.0 for e in report.replay.errors)
+    assert any("dropout" in op or "bernoulli" in op for op in report.replay.stochastic), report.replay.stochastic
 
 
 @pytest.mark.gpu
