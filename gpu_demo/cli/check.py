@@ -31,7 +31,12 @@ BAD_USAGE = 2
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the three subcommands to ``python -m gpu_demo``'s parser (``args.handler`` runs one)."""
-    check = commands.add_parser("check", help="is a callable safe to capture? (recording, checker, replay)")
+    check = commands.add_parser(
+        "check", help="is a callable safe to capture? (recording, checker, replay)",
+        description="Record a callable's capture, run the checker over it, and on a GPU replay it with fresh "
+                    "inputs against an eager reference. Without CUDA only a CPU dry run runs, which is never a pass.",
+        epilog="exit status: 0 passed, 1 NOT capture-safe (or graph and eager differ), 2 bad usage, "
+               "3 could not check, 4 NOT CHECKED ON A GPU (a CPU dry run only)")
     check.add_argument("target", help="module:callable (a function, a class or a factory; see gpu_demo.guard.target)")
     check.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="D0,D1,...",
                        help="shape of one example input (repeat for several inputs; random values)")
