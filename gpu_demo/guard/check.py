@@ -313,8 +313,9 @@ def judge(replay: ReplayEvidence, recording_error: str | None, findings: list[Fi
         if spread is not None and not spread <= tolerance:
             return None, (f"the reference is nondeterministic: two eager runs of it on the same input differ by "
                           f"{spread:.3g} (tolerance {tolerance:g}), so a replay's error of "
-                          f"{max(e for e in replay.errors if e is not None):.3g} cannot be blamed on the capture; "
-                          "seed every random draw in the factory, or pass a deterministic reference=")
+                          f"{max(e for e in replay.errors if e is not None):.3g} cannot be blamed on the capture "
+                          "(random draws it does not seed, or state one call leaves for the next): seed them, pass "
+                          "a factory (a fresh instance per run), or a deterministic reference=")
         if not findings:
             return GRAPH_EAGER_DIFFER, None
     if replay.outcome == CORRECT and any(f.code in RACE_CODES for f in findings):
