@@ -8,13 +8,16 @@ import pytest
 import torch
 
 from gpu_demo.guard import differential
-from gpu_demo.guard.check import GuardReport, check_capture, judge
+from gpu_demo.guard.check import GuardReport, _report, check_capture, judge
 from gpu_demo.guard.differential import Subject, describe
 from gpu_demo.guard.stochastic import is_random, random_ops, reseed
+from gpu_demo.moe.model import MoEStack
+from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.capture_replay import ReplayEvidence, replay_and_compare
 from gpu_demo.record.capture import record_capture
 from simlib.checker import WARNING, Finding
+from simlib.spec import MoEConfig
 
 RACE = Finding(3, "cross_stream_race", WARNING, 1, "x", (), "why", "fix")
 
@@ -164,3 +167,21 @@ def test_on_a_gpu_a_graph_that_differs_from_eager_with_no_finding_says_so():
 
 def check_capture_here(fn, *inputs):
     return check_capture(fn, *inputs, dtype=torch.float32)
+
+
+# -- one child: the recording survives a replay that kills the process ------------------------
+
+def incident() -> MoEStack:
+    """The incident's order on the CPU: the dry run sees the dispose before a late launch."""
+    return MoEStack(MoEConfig(tokens=4, hidden=32, intermediate=64, experts=4, order="routed_first"),
+                    RunSettings(device="cpu", dtype="float32"))
+
+
+@pytest.mark.parametrize("hazard, answer", [(True, "NOT capture-safe"), (False, "could not check")])
+def test_a_child_that_dies_in_the_replay_still_reports_what_the_recording_showed(hazard, answer):
+    trace = record_capture(incident() if hazard else torch.neg, [torch.randn(4, 32)], replays=0)
+    raw = {"mode": "cuda", "trace": trace.to_json(),
+           "child_error": {"message": "Fatal Python error: Segmentation fault", "detail": ""}}
+    report = _report("t:f", raw, strict=False)
+    assert report.answer == answer and report.replay.reason.startswith("the replay did not finish")
+    assert ("host_mutation" in report.codes) is hazard
