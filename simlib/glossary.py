@@ -27,6 +27,13 @@ show: a replay is right or wrong. A GPU run of an unordered program reports
 what its replays showed (``correct`` or ``silent_wrong``) and the checker's
 race beside it.
 
+One more word is the guard's alone (``GUARD_VERDICTS``), since no device run
+and no simulation produces it: it compares two paths of one program.
+
+``graph_eager_differ``     the replays and the eager reference disagree and the
+                           checker found nothing in the capture: the two paths
+                           compute different things, and neither is named wrong
+
 What the graph holds for a late consumer
 ----------------------------------------
 After the host emptied a tensor during capture, what a consumer issued later
@@ -56,6 +63,7 @@ SILENT_WRONG = "silent_wrong"
 ILLEGAL_ADDRESS = "illegal_address"
 CAPTURE_ERROR_PREFIX = "capture_error:"
 SHAPE_MISMATCH = "shape_mismatch"
+GRAPH_EAGER_DIFFER = "graph_eager_differ"
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,15 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
          "#56B4E9"),
 )}
 
+# The guard's verdict when replays and eager disagree with nothing found (gpu_demo.guard.check).
+GUARD_VERDICTS: dict[str, Term] = {t.code: t for t in (
+    Term(GRAPH_EAGER_DIFFER, "graph and eager differ", "graph and eager differ",
+         "the replays and the eager reference disagree and the checker found nothing in the capture: "
+         "the program computes something else when captured (a path taken only in capture, or not taken), "
+         "and the guard cannot tell which of the two is the one you meant",
+         "#999999"),
+)}
+
 NULL_POINTER_NODE = "null_pointer_node"
 NO_NODE = "no_node"
 SHAPE_ERROR = "shape_error"
@@ -117,9 +134,11 @@ def capture_error(name: str) -> str:
 
 
 def term(outcome: str) -> Term:
-    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included)."""
+    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included) or a guard verdict."""
     if outcome.startswith(CAPTURE_ERROR_PREFIX):
         return OUTCOMES[CAPTURE_ERROR_PREFIX]
+    if outcome in GUARD_VERDICTS:
+        return GUARD_VERDICTS[outcome]
     if outcome not in OUTCOMES:
         raise ValueError(f"{outcome!r} is not an outcome; the outcomes are: "
                          + ", ".join(repr(c) for c in OUTCOMES) + " (capture_error:<name>)")

@@ -306,6 +306,10 @@ def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
         except OSError as exc:
             return cannot_write("record", "trace_out", args.trace_out, exc.strerror or str(exc))
     captured = [r for r in trace.records if getattr(r, "graph", None) is not None]
+    if trace.meta["mode"] == "dry_run":
+        from gpu_demo.record.dry_run import NOT_SEEN
+
+        print(f"{config.name}: {NOT_SEEN}; record on a GPU (without --dry-run) for those.")
     print(f"{config.name}: {trace.meta['mode']} recording, {len(trace.records)} records, "
           f"{len(captured)} inside the capture")
     error = trace.meta.get("capture_error")
