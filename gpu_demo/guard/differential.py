@@ -211,8 +211,8 @@ def describe(evidence: ReplayEvidence) -> str:
         line += (f"; random ops {', '.join(evidence.stochastic)}: every reference run and replay started from "
                  "one reseeded generator state, so both drew the same numbers")
     if evidence.first_difference:
-        show = {side: "[" + ", ".join(f"{v:.4g}" for v in values) + ", ...]"
-                for side, values in evidence.first_difference.items()}
-        line += f"; first values: graph {show['graph']}, eager {show['eager']}"
+        diff = evidence.first_difference
+        show = {side: "[" + ", ".join(f"{v:.4g}" for v in diff[side]) + ", ...]" for side in ("graph", "eager")}
+        line += f"; first values that differ (from element {diff.get('at', 0)}): graph {show['graph']}, eager {show['eager']}"
     return line
 

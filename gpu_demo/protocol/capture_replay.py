@@ -82,8 +82,8 @@ class ReplayEvidence:
     raw_error: str | None = None   # the whole message of the error in ``message``
     reference_spread: float | None = None
     """error between two eager runs of the reference on one input (``None``: not measured)"""
-    first_difference: dict[str, list[float]] | None = None
-    """the first values of the first output that missed, ``{"graph": [...], "eager": [...]}``"""
+    first_difference: dict[str, Any] | None = None
+    """where the first output that missed differs: ``{"at": i, "graph": [...], "eager": [...]}``"""
     stochastic: list[str] = field(default_factory=list)
     """random ops the recording showed (``gpu_demo.guard.stochastic``); replays and references were reseeded"""
 
@@ -138,12 +138,18 @@ def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Ten
                           first_difference=first_difference)
 
 
-def first_values(got: Any, want: Any, tolerance: float, count: int = 4) -> dict[str, list[float]]:
-    """The first ``count`` values of the first output tensor pair that differs beyond ``tolerance``,
-    so a report can show both sides rather than only a number."""
+def first_values(got: Any, want: Any, tolerance: float, count: int = 4) -> dict[str, Any]:
+    """``count`` values of both sides of the first output tensor pair that differs beyond
+    ``tolerance``, from its first element that differs (``"at"``), so a report shows the
+    difference itself rather than leading values that agree."""
     pairs = list(zip(output_tensors(got), output_tensors(want)))
     for g, w in pairs:
         if g.shape != w.shape or not output_error(g, w) <= tolerance:
-            return {"graph": g.detach().flatten()[:count].float().tolist(),
-                    "eager": w.detach().flatten()[:count].float().tolist()}
-    return {"graph": [], "eager": []}
+            g, w = g.detach().flatten().float(), w.detach().flatten().float()
+            at = 0
+            if g.shape == w.shape and g.numel():
+                scale = w.abs().max().item() or 1.0
+                differs = ((g - w).abs() > tolerance * scale) | (g.isnan() != w.isnan())
+                at = int(differs.nonzero()[0, 0]) if differs.any() else 0
+            return {"at": at, "graph": g[at:at + count].tolist(), "eager": w[at:at + count].tolist()}
+    return {"at": 0, "graph": [], "eager": []}

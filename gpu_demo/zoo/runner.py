@@ -11,10 +11,11 @@ For each entry (``gpu_demo.zoo.ENTRIES``):
   ``replays`` replays with fresh inputs, each compared with the reference on the
   same input. All truths run in one child process (``gpu_demo.protocol.child``),
   checkpointed after each entry, so a fault costs only what follows it;
-* **guard**: ``gpu_demo.guard.check_capture`` on the entry's factory, twice in a row:
-  the first check's report is kept, and both checks' wall time (``check_s``): the
-  first, and the warm second one (with ``--jobs`` above 1 the checks share the
-  machine, so times are for comparison between entries of one run only).
+* **guard**: ``gpu_demo.guard.check_capture`` on the entry's factory, first in a fresh
+  child process (``check_s["first"]``, ``jobs`` entries at a time, so these times
+  share the machine), then again, one entry after another, in one warm worker
+  (``warm_checks``) that an earlier check has primed (``check_s["warm"]``): what a
+  test session that checks many models pays per check.
 
 An entry is **clean** when the guard found nothing, its verdict is ``correct``
 and the truth is ``correct``: every zoo entry is a correct program.
@@ -40,6 +41,7 @@ from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
 from gpu_demo.protocol.tolerance import DTYPES
+from gpu_demo.protocol.worker import warm_checks
 from simlib.glossary import CORRECT, badge
 
 PROGRAM = "gpu_demo.zoo.runner"
@@ -74,15 +76,27 @@ def truth(name: str, *, dtype: torch.dtype, replays: int, seed: int) -> dict[str
 
 
 def check_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:
-    """The guard's report on one entry (its first check) and the time of a first and a warm check."""
+    """The guard's report on one entry, from a first check in a fresh child process, and its time."""
     e = zoo.entry(name)
-    seconds, reports = [], []
-    for _ in range(2):
-        start = time.perf_counter()
-        reports.append(check_capture(e.target, replays=replays, dtype=DTYPES[dtype], seed=seed, timeout=timeout))
-        seconds.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    report = check_capture(e.target, replays=replays, dtype=DTYPES[dtype], seed=seed, timeout=timeout)
     return {"name": name, "model": e.model, "mode": e.mode, "library": e.library,
-            "guard": reports[0].to_dict(), "check_s": {"first": seconds[0], "warm": seconds[1]}}
+            "guard": report.to_dict(), "check_s": {"first": time.perf_counter() - start}}
+
+
+def time_warm_checks(results: list[dict[str, Any]], *, dtype: str, replays: int, seed: int, timeout: float) -> None:
+    """Each entry checked again in one warm worker (``warm_checks``), as a test session would: the
+    worker's first check (torch and the libraries imported) primes it, then each entry's time is
+    ``check_s["warm"]`` and its answer ``guard_warm`` (which must be the first check's)."""
+    with warm_checks():
+        for i, result in enumerate(results):
+            target = zoo.entry(result["name"]).target
+            if i == 0:
+                check_capture(target, replays=replays, dtype=DTYPES[dtype], seed=seed, timeout=timeout)
+            start = time.perf_counter()
+            report = check_capture(target, replays=replays, dtype=DTYPES[dtype], seed=seed, timeout=timeout)
+            result["check_s"]["warm"] = time.perf_counter() - start
+            result["guard_warm"] = report.answer
 
 
 def run_zoo(names: Sequence[str], *, jobs: int = 1, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,
@@ -90,11 +104,12 @@ def run_zoo(names: Sequence[str], *, jobs: int = 1, dtype: str = "bfloat16", rep
     """Truth (one child for all, beside the checks) and guard (``jobs`` entries at a time) for each name,
     in the order given."""
     with ThreadPoolExecutor(max_workers=jobs + 1) as pool:
-        truth_child = pool.submit(run_in_child, f"{__name__}:truths_in_child",
+        truth_child = pool.submit(run_in_child, "gpu_demo.zoo.runner:truths_in_child",   # not __name__: -m runs it as __main__
                                   {"names": list(names), "dtype": dtype, "replays": replays, "seed": seed},
                                   timeout * len(names))
         checks = [pool.submit(check_entry, n, dtype=dtype, replays=replays, seed=seed, timeout=timeout) for n in names]
         results = [c.result() for c in checks]
+        time_warm_checks(results, dtype=dtype, replays=replays, seed=seed, timeout=timeout)
         raw = truth_child.result()
     truths = raw.get("truths", {})
     died = raw.get("child_error", {}).get("message", "the truth child returned nothing")
@@ -108,7 +123,7 @@ def clean(result: dict[str, Any]) -> bool:
     """No finding, no problem, verdict ``correct``, and a correct truth (module docstring)."""
     guard = result["guard"]
     return (not guard["findings"] and not guard["problem"] and guard["verdict"] == CORRECT
-            and result["truth"].get("outcome") == CORRECT)
+            and result.get("guard_warm", "passed") == "passed" and result["truth"].get("outcome") == CORRECT)
 
 
 # -- output ----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ RACE = Finding(3, "cross_stream_race", WARNING, 1, "x", (), "why", "fix")
 
 def wrong(spread=None, errors=(0.4, 0.5)) -> ReplayEvidence:
     return ReplayEvidence(True, "silent_wrong", list(errors), 1e-5, "eager", reference_spread=spread,
-                          first_difference={"graph": [3.0, 6.0], "eager": [2.0, 4.0]})
+                          first_difference={"at": 5, "graph": [3.0, 6.0], "eager": [2.0, 4.0]})
 
 
 # -- judge: the decision ---------------------------------------------------------------------
@@ -47,7 +47,7 @@ def test_graph_and_eager_differ_is_no_pass_and_shows_both_sides():
     first, second = report.format().splitlines()[:2]
     assert first.startswith("t:f: graph and eager differ") and "NOT capture-safe" not in first
     assert "checker found nothing" in second
-    assert "first values: graph [3, 6, ...], eager [2, 4, ...]" in describe(report.replay)
+    assert "first values that differ (from element 5): graph [3, 6, ...], eager [2, 4, ...]" in describe(report.replay)
 
 
 def test_a_nondeterministic_reference_reads_could_not_check():
@@ -162,7 +162,8 @@ def test_on_a_gpu_a_reference_that_disagrees_with_itself_could_not_check():
 def test_on_a_gpu_a_graph_that_differs_from_eager_with_no_finding_says_so():
     report = check_capture_here(captured_path_differs, torch.randn(8, 8))
     assert report.verdict == "graph_eager_differ" and not report.findings, report.format()
-    assert report.replay.first_difference and "first values" in report.format()
+    diff = report.replay.first_difference
+    assert diff["graph"][0] != diff["eager"][0] and "first values that differ" in report.format(), report.format()
 
 
 def check_capture_here(fn, *inputs):
@@ -185,3 +186,14 @@ def test_a_child_that_dies_in_the_replay_still_reports_what_the_recording_showed
     report = _report("t:f", raw, strict=False)
     assert report.answer == answer and report.replay.reason.startswith("the replay did not finish")
     assert ("host_mutation" in report.codes) is hazard
+
+
+def test_the_values_shown_start_where_graph_and_eager_differ_not_at_the_leading_values_that_agree():
+    import torch
+
+    from gpu_demo.protocol.capture_replay import first_values
+    want = torch.arange(10.0)
+    got = want.clone()
+    got[6] = -1.0
+    diff = first_values(got, want, tolerance=1e-5, count=2)
+    assert diff == {"at": 6, "graph": [-1.0, 7.0], "eager": [6.0, 7.0]}

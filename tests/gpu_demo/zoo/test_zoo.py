@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gpu_demo import zoo  # noqa: E402
-from gpu_demo.guard.check import check_capture  # noqa: E402
+from gpu_demo.guard.check import NOT_ON_GPU, check_capture  # noqa: E402
 from gpu_demo.record.capture import record_capture  # noqa: E402
 from gpu_demo.zoo import runner  # noqa: E402
 from simlib.checker import check, format_report  # noqa: E402
@@ -54,7 +54,7 @@ def test_the_guard_passes_a_decode_step_as_a_user_would_check_it():
     e = zoo.entry("llama_decode")
     report = check_capture(e.target, isolate=False)   # bfloat16, the guard's default for a factory
     assert (report.mode, report.problem, report.findings) == ("dry_run", None, []), report.format()
-    assert report.passed
+    assert report.answer == NOT_ON_GPU and not report.passed   # nothing found, and nothing replayed: no pass
 
 
 @pytest.mark.parametrize("e", zoo.ENTRIES, ids=zoo.NAMES)
@@ -152,6 +152,7 @@ def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_die
         return {k: v for k, v in done.items() if k not in ("truth", "clean")}
 
     monkeypatch.setattr(runner, "check_entry", check_entry)
+    monkeypatch.setattr(runner, "time_warm_checks", lambda results, **options: None)
     correct = {"outcome": "correct", "errors": [0.0, 0.0, 0.0]}
     monkeypatch.setattr(runner, "run_in_child", lambda entry, payload, timeout: {
         "truths": {"llama_decode": correct}, "child_error": {"message": "RuntimeError: CUDA error: an illegal memory access"}})
@@ -190,3 +191,22 @@ def test_a_decode_steps_replays_match_a_second_build_and_the_guard_passes_it():
     assert truth["outcome"] == "correct", truth
     report = check_capture(zoo.entry("llama_decode").target, dtype=torch.bfloat16)
     assert report.passed and report.findings == [], report.format()
+
+
+def test_warm_times_come_from_one_worker_primed_by_a_first_check(monkeypatch):
+    from types import SimpleNamespace
+
+    from gpu_demo.protocol import worker
+
+    calls = []
+
+    def check_capture(target, **options):
+        calls.append((target, len(worker._session)))
+        return SimpleNamespace(answer="passed")
+
+    monkeypatch.setattr(runner, "check_capture", check_capture)
+    results = [fake_entry("llama_decode"), fake_entry("qwen2_forward")]
+    runner.time_warm_checks(results, dtype="bfloat16", replays=1, seed=0, timeout=5.0)
+    targets = [zoo.entry(n).target for n in ("llama_decode", "llama_decode", "qwen2_forward")]
+    assert calls == [(t, 1) for t in targets]       # all inside one warm_checks() session, the first one priming it
+    assert [r["guard_warm"] for r in results] == ["passed", "passed"] and all(r["check_s"]["warm"] >= 0 for r in results)
