@@ -428,6 +428,13 @@ def draw(config: MoEConfig, view: str = "pointers", step: int | None = None, *,
 
 
 # ================================================================ the explorer
+def _allowed_values(control: Any) -> list[Any]:
+    """The values a control takes: a toggle's options (the value of a ``(label, value)`` pair), or on/off."""
+    if hasattr(control, "options"):
+        return [o[1] if isinstance(o, tuple) else o for o in control.options]
+    return [False, True]
+
+
 class Explorer:
     """Controls that re-simulate the dual-stream MoE capture and redraw one picture.
 
@@ -535,6 +542,11 @@ class Explorer:
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; "
                              f"controls: {sorted(self.controls)}")
+        for name, value in controls.items():   # all checked before any changes: no half-set explorer
+            allowed = _allowed_values(self.controls[name])
+            if value not in allowed or (isinstance(value, bool) != isinstance(allowed[0], bool)):
+                raise ValueError(f"{name}={value!r} is not one of its values; "
+                                 f"use one of {', '.join(map(repr, allowed))}")
         self._quiet = True
         try:
             for name, value in controls.items():

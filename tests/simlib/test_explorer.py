@@ -184,6 +184,16 @@ def test_set_changes_several_controls_with_one_redraw(ex):
         ex.set(colour="red")
 
 
+def test_a_value_a_control_does_not_take_is_one_clear_line_that_names_the_choices(ex):
+    before = (ex.config, ex.step, ex.redraws)
+    with pytest.raises(ValueError) as error:
+        ex.set(order="bogus", dispose="never")
+    assert str(error.value) == "order='bogus' is not one of its values; use one of 'shared_first', 'routed_first'"
+    with pytest.raises(ValueError, match=r"clone=1 is not one of its values; use one of False, True"):
+        ex.set(clone=1)
+    assert (ex.config, ex.step, ex.redraws) == before   # nothing half-set, nothing redrawn
+
+
 def test_a_failed_capture_still_has_a_slider_and_says_why(ex):
     ex.set(shared_mode="plain", step=None)
     result = explorer.scenario(INCIDENT.with_(shared_mode="plain"))
