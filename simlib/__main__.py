@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd = commands.add_parser(
         "check", parents=[source], help="report the capture hazards of a scenario or trace",
         description="Run the capture-hazard checker. Exit status 1 when it finds an error "
-                    "(wrong on every replay) or the capture failed; warnings (unordered accesses: "
-                    "races the hardware may not have lost yet) fail only with --strict.")
+                    "(wrong on every replay) or the capture failed; warnings (unordered: two accesses "
+                    "to the same memory that nothing orders) fail only with --strict.")
     check_cmd.add_argument("--json", action="store_true", help="print the findings as JSON")
     check_cmd.add_argument("--strict", action="store_true", help="fail (exit 1) on warnings too")
     check_cmd.set_defaults(run=_check, parser=check_cmd)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
-from .glossary import UNORDERED, badge, term, words
+from .glossary import UNORDERED, UNORDERED_MEANS, badge, words
 from .gpu_results import GPU_RESULTS, load_gpu_results
 from .latency import replay_timing
 from .memory import short_ptr
@@ -246,7 +246,7 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
     said = (f"simulator: its verdict agrees with {agree} of {agree + len(differ)} measured cells"
             + "".join(f"\n  {d}" for d in differ))
     if races:
-        said += (f"\n{len(races)} of them {term(UNORDERED).meaning.split(';')[0]}; the checker "
+        said += (f"\n{len(races)} of them {UNORDERED} ({UNORDERED_MEANS}); the checker "
                  "finds the race in the trace:" + "".join(f"\n  {r}" for r in races))
     return "\n".join(lines) + "\n\n" + _table(rows) + "\n\n" + said
 
@@ -368,7 +368,7 @@ def status_lines(config: MoEConfig, step: int | None) -> list[str]:
     shown = last if step is None else step
     said = judged(config)
     lines = [f"{config.name}: "
-             + (term(said).meaning.split(";")[0] if said == UNORDERED else words(said)),
+             + (f"{UNORDERED}: {UNORDERED_MEANS}" if said == UNORDERED else words(said)),
              describe_step(r.trace, shown) + f"   (capture: steps {first}-{last})"]
     if r.replays:
         rp = r.replays[0]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .checker import check as check_trace
-from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED
+from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED, UNORDERED_MEANS
 from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
 from .latency import replay_latency
 from .scenarios import run
@@ -224,7 +224,7 @@ def _right_order(expected: dict[str, str]) -> str:
         if said == UNORDERED:
             race = found[0]
             lines.append(
-                f"  {order}: {said}, a race the hardware has not lost yet. Its replays are {replays}"
+                f"  {order}: {said} ({UNORDERED_MEANS}). Its replays are {replays}"
                 f"{gpu}, but the checker's rule {race.rule} ({race.code}) finds that dispose_tensor "
                 f"freed {race.label}'s block during the capture and the graph's pool handed it to a "
                 "routed-expert buffer; nothing orders that write after the shared expert's read on "
