@@ -20,9 +20,17 @@ def test_environment_yml_parses_and_installs_the_project_with_every_extra():
     assert named == extras
 
 
-def test_torch_is_pinned_so_ci_never_pulls_a_cuda_build():
+def test_torch_is_pinned_so_every_seat_with_the_gpu_extra_gets_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "torch==2.13.0" in project["optional-dependencies"]["gpu"]
+
+
+def test_the_conda_environment_gets_torchs_cpu_build_and_npm():
+    # On Linux PyPI's torch is a CUDA build; the CPU one is on PyTorch's own index.
+    deps = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
+    assert "nodejs" in deps   # npm, which scripts/build_html.py needs once
 
 
 def test_simlib_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
