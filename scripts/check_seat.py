@@ -1,6 +1,6 @@
 """Install a GPU seat exactly as the instructor guide says, then run the README's test command.
 
-    python scripts/check_seat.py --out "$OUT/seat-h200.json"
+    python3 scripts/check_seat.py --out "$OUT/seat-h200.json"
 
 The commands are read from the documents themselves, not copied here, so what this
 checks is what a reader is told: the first ``bash`` block after the guide's
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     outside = outside_checks() if install["rc"] == 0 else None
     from gpu_demo.measure.provenance import provenance  # importable once installed (or with PYTHONPATH=.)
 
-    command = shlex.join(["python", "scripts/check_seat.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python3", "scripts/check_seat.py", *(sys.argv[1:] if argv is None else argv)])
     record = {"provenance": {**provenance([]), "command": command},
               "install_as_the_guide_says": install,
               "readme_test_command": tests and {**tests, "summary": pytest_summary(tests["output_tail"])},

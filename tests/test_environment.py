@@ -51,10 +51,10 @@ def test_the_seat_check_runs_the_commands_the_guide_and_the_readme_give():
     check_seat = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check_seat)
     install = check_seat.bash_block(check_seat.GUIDE, check_seat.GUIDE_MARK).splitlines()
-    assert "python -m pip install --no-deps --no-build-isolation -e ." in install
+    assert "python3 -m pip install --no-deps --no-build-isolation -e ." in install
     assert any(line.startswith("cp capture_order_check.pth ") for line in install)
     assert not any("torch==" in line or "[gpu" in line or "[all" in line for line in install)   # keeps the seat's torch
     (test,) = check_seat.bash_block(check_seat.README, check_seat.README_MARK).splitlines()
-    assert test.startswith("python -m pytest tests ") and "-o addopts=" in test
+    assert test.startswith("python3 -m pytest tests ") and "-o addopts=" in test
     assert check_seat.pytest_summary("...\n957 passed, 27 skipped, 15 warnings in 63.08s\n") == \
         "957 passed, 27 skipped, 15 warnings in 63.08s"
