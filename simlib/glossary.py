@@ -12,10 +12,10 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 
 ``correct``                every replay matched the eager reference, and the
                            graph orders every access that conflicts
-``unordered``              correct on every replay we ran, but unordered: the
-                           graph leaves a read and a write of one block without
-                           an order between them, a race the hardware has not
-                           lost yet (a slower branch makes replays wrong)
+``unordered``              the graph has two accesses to the same memory that
+                           nothing orders, so a replay is right or wrong
+                           depending on which runs first (``UNORDERED_MEANS``;
+                           every replay we ran may still have been right)
 ``silent_wrong``           replays ran without error and computed something else
 ``illegal_address``        a replay faulted (sticky ``cudaErrorIllegalAddress``)
 ``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
@@ -83,15 +83,15 @@ class Term:
     colour: str
 
 
+# The one definition of "unordered"; every text that explains the word quotes this.
+UNORDERED_MEANS = ("the graph has two accesses to the same memory that nothing orders, "
+                   "so a replay is right or wrong depending on which runs first")
+
 OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(CORRECT, "correct", "correct",
          "every replay matched the eager reference, and the graph orders every access that conflicts",
          "#009E73"),
-    Term(UNORDERED, "unordered", "unordered: a race",
-         "correct on every replay we ran, but unordered: a race the hardware has not lost yet; "
-         "the graph leaves a read and a write of one block without an order between them, and a "
-         "slower branch makes the replays wrong",
-         "#E69F00"),
+    Term(UNORDERED, "unordered", "unordered: a race", UNORDERED_MEANS, "#E69F00"),
     Term(SILENT_WRONG, "silently wrong", "silently wrong",
          "every replay ran without an error and computed something else",
          "#D55E00"),

@@ -8,7 +8,7 @@ One module per rule (``rule_*``), over one index of the trace (``index``); the
 findings and their report are in ``findings``.
 
 Rules (severity ``error``: wrong on every replay, or no graph at all;
-``warning``: unordered, a race the hardware may not have lost yet):
+``warning``: unordered, two accesses to the same memory that nothing orders):
 
 0. ``capture_failed`` (error): a capture ended with an error, so there is no
    graph. It is reported first, with what the error means; a graph that never
