@@ -18,7 +18,8 @@ CAPTURE, WARMUP, EAGER = "capture", "warmup", "eager"
 
 @dataclass
 class CallRecord:
-    """One call: its phase, where it began and ended, and its launches in issue order."""
+    """One call: its phase, where it began and ended (positions in the trace's records, which
+    order calls even where no host step lies between them), and its launches in issue order."""
 
     index: int
     phase: str
@@ -49,18 +50,18 @@ def calls_of(trace: Trace) -> list[CallRecord]:
     """Every call of the trace, in the order they began (empty: the trace has no ``Call`` records)."""
     calls: list[CallRecord] = []
     open_calls: dict[int, CallRecord] = {}
-    for r in trace.records:
+    for position, r in enumerate(trace.records):
         kind = type(r)
         if kind is Launch:
             for call in open_calls.values():
                 call.launches.append(r)
         elif kind is Call:
             if r.op == "begin":
-                call = CallRecord(r.index, r.phase, r.step)
+                call = CallRecord(r.index, r.phase, position)
                 calls.append(call)
                 open_calls[r.index] = call
             elif r.index in open_calls:
-                open_calls.pop(r.index).end = r.step
+                open_calls.pop(r.index).end = position
     return calls
 
 

@@ -57,7 +57,7 @@ def _finding(gid: int, site: str, name: str, hits: list[tuple[Launch, list[str]]
         8, "frozen_host_value", ERROR, node.step, f"{node.label}: {name}", (),
         f"{node.label!r} on {node.stream} at step {node.step}{where} was captured into graph {gid} "
         f"with the host value {name}={frozen}, but the same launch got {name}={earlier} in the "
-        f"{plural(len(seen), 'earlier call')} before the capture ({capture.describe()} captured it): "
+        f"{plural(len(seen), 'earlier call')} before the capture's call (call {capture.index}): "
         f"the value changes from call to call, and the graph froze the one it had at capture. "
         f"Every replay uses {name}={frozen}, whatever the host holds now.{more}",
         f"Pass {name} to the kernel as a device tensor the graph reads (a static buffer you "

@@ -9,9 +9,11 @@ capture (graph pools, shared with ``pool=``) is followed: a buffer allocated
 before any capture and updated by every graph (a KV cache) is shared by
 design, and its ranges cannot tell one graph's slots from another's.
 
-A read counts as a read of A's result when it reads A's tensor, or A's exact
-range where B wrote a different one: a read of B's own output, laid where A's
-was, is B's result and fine.
+Only B's plain writes (``"w"``) clobber: an update in place (``"rw"``, a cache
+append) keeps what is there. A read counts as a read of A's result when it
+reads A's tensor, or A's exact range where B wrote a different one (a read of
+B's own output, laid where A's was, is B's result and fine); A reading its own
+state back always counts.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
                 for key, c in clobbered.overlapping(lo, hi):
                     if c.victim == r.graph:
                         clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
-                for _, res in results.overlapping(lo, hi):
+                for _, res in results.overlapping(lo, hi) if a.access == "w" else ():
                     if res.graph != r.graph:
                         clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, (node, a)))
                 results.put(lo, hi, _Result(r.graph, (node, a)))
@@ -95,7 +97,7 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
 def _read(clobbered: Intervals[_Clobber], reported: set[tuple[GraphId, GraphId]], reader: Launch, arg: Arg,
           graph: GraphId | None) -> Iterator[Finding]:
     for _, c in clobbered.overlapping(arg.ptr, arg.ptr + arg.nbytes):
-        if c.graph == graph or (c.victim, c.graph) in reported or not _reads_result(arg, c):
+        if c.graph == graph or (c.victim, c.graph) in reported or (graph != c.victim and not _reads_result(arg, c)):
             continue
         reported.add((c.victim, c.graph))
         yield _finding(c, reader, arg, graph)
