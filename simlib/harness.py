@@ -12,9 +12,10 @@ per batch size, say). A ``Program`` has
 
 The harness builds the program twice, in two runtimes: one warms up,
 captures and replays, as a CUDA-graph program does; the other runs every call
-eagerly, which is what the program means. Replay ``k`` is right when it
-computes what eager call ``k`` computed, and the outcome is a word of
-``simlib.glossary``. Inputs are fresh for every call (``x3`` in call 3), so
+eagerly, which is what the program means (all but the capture's call, which
+runs nothing on the device, so a replay starts from the state the warm-ups
+left in both). Replay ``k`` is right when it computes what eager call ``k``
+computed, and the outcome is a word of ``simlib.glossary``. Inputs are fresh for every call (``x3`` in call 3), so
 a stale buffer cannot pass for a right answer.
 
     def build(rt):
@@ -155,15 +156,19 @@ class Session:
         self._step(lambda: self._capture_once(self._name(name), pool_of))
         return self.graphs.get(self._name(name))
 
-    def replay(self, name: str | None = None, *, read: bool = True) -> Replayed | Callable[[], Replayed | None]:
+    def replay(self, name: str | None = None, *, read: bool = True,
+               copy_out: bool = False) -> Replayed | Callable[[], Replayed | None] | None:
         """Feed the next call and replay its graph; the eager runtime runs the call instead.
 
-        ``read=False`` defers reading the output: call what is returned to read it
-        then (after other replays, say), the way a server reads a result later.
+        Reading the output is a copy out of it (a launch, as ``.clone()`` or ``.cpu()``
+        is), so the checker sees who read what. ``read=False`` defers it: call what is
+        returned to read then (after other replays, say), the way a server reads a
+        result later; ``copy_out=True`` clones the output right after the replay, and
+        the read, whenever it comes, reads that copy.
         """
         name = self._name(name)
         pending: list[Callable[[], Replayed | None]] = []
-        self._step(lambda: pending.append(self._replay_once(name)))
+        self._step(lambda: pending.append(self._replay_once(name, copy_out)))
         read_later = pending[0] if pending else (lambda: None)
         if read:
             return self._step(read_later)
@@ -196,12 +201,13 @@ class Session:
         raise _Stopped
 
     def _both(self, name: str, wrap: Callable[[Runtime, Program], TensorHandle],
-              failed: Callable[[BaseException], str]) -> tuple[TensorHandle, TensorHandle]:
-        """Feed call ``k`` and run it in both runtimes (``wrap`` runs it in the capturing one)."""
+              failed: Callable[[BaseException], str], *, eager: bool = True) -> list[TensorHandle]:
+        """Feed call ``k`` and run it in the capturing runtime (``wrap``) and, with ``eager``, in
+        the eager one."""
         self.calls += 1
         k = self.calls
         out = []
-        for rt in (self.graphed, self.eager):
+        for rt in (self.graphed, self.eager) if eager else (self.graphed,):
             program = self._programs[rt][name]
             try:
                 program.feed(k)
@@ -215,7 +221,7 @@ class Session:
                 self._stop(ILLEGAL_ADDRESS if self.graphs else warmup_error(exc.code), exc)
             except Exception as exc:
                 self._stop(failed(exc) if rt is self.graphed else host_error(_code(exc)), exc)
-        return out[0], out[1]
+        return out
 
     def _warm_up_once(self, name: str) -> None:
         def warm(rt: Runtime, program: Program) -> TensorHandle:
@@ -236,23 +242,29 @@ class Session:
                     out = program.forward()
             self.graphs[name] = g
             return program.after_capture(out) if program.after_capture else out
-        out, _ = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))))
-        self._outputs[name] = out
+        # The capture's call runs nothing on the device, so the eager runtime skips it: the
+        # state a replay starts from is what the warm-ups left, in both.
+        self._outputs[name] = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))),
+                                         eager=False)[0]
 
-    def _replay_once(self, name: str) -> Callable[[], Replayed | None]:
+    def _replay_once(self, name: str, copy_out: bool) -> Callable[[], Replayed | None]:
         if name not in self.graphs:
             raise ValueError(f"capture {name!r} before replaying it")
         graph, out = self.graphs[name], self._outputs[name]
+        copied: list[TensorHandle] = []
 
         def replay(rt: Runtime, program: Program) -> TensorHandle:
             graph.replay()
+            if copy_out:
+                copied.append(rt.clone(out, label=f"{out.label}.copy"))
             return out
         _, eager_out = self._both(name, replay, lambda exc: host_error(_code(exc)))
         k, want = self.calls, self.eager.read(eager_out)
+        source = copied[0] if copied else out
 
         def read() -> Replayed:
             try:
-                got = self.graphed.read(out)
+                got = self.graphed.read(self.graphed.clone(source, label=f"read {source.label}"))
             except IllegalAddress as exc:
                 self._stop(ILLEGAL_ADDRESS, exc)
             done = Replayed(name, k, got, want)

@@ -9,7 +9,8 @@ capture (graph pools, shared with ``pool=``) is followed: a buffer allocated
 before any capture and updated by every graph (a KV cache) is shared by
 design, and its ranges cannot tell one graph's slots from another's.
 
-Only B's plain writes (``"w"``) clobber: an update in place (``"rw"``, a cache
+Only B's blind writes clobber (``"w"``, by a node that reads nothing there): an
+update in place (``"rw"``, or a node that reads the range it writes, a cache
 append) keeps what is there. A read counts as a read of A's result when it
 reads A's tensor, or A's exact range where B wrote a different one (a read of
 B's own output, laid where A's was, is B's result and fine); A reading its own
@@ -48,7 +49,7 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
     pool = Intervals(((a.ptr, a.ptr + a.nbytes), a) for g in index.graphs.values() for a in g.allocs if a.nbytes)
     if not pool:
         return
-    writes: dict[GraphId, list[Access]] = {}
+    writes: dict[GraphId, list[tuple[Launch, Arg, bool]]] = {}   # (node, arg, blind)
     reads: dict[GraphId, list[Access]] = {}
     for g in index.graphs.values():
         if g.failed or not g.nodes:
@@ -64,7 +65,9 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
                     reads[g.id].append((node, a))           # reads what the graph did not write first
                 if a.writes and pool.overlapping(lo, hi):
                     written.put(lo, hi, (node, a))
-                    writes[g.id].append((node, a))
+                    blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes
+                                                        for b in node.args)
+                    writes[g.id].append((node, a, blind))
     if len(writes) < 2:
         return
     results: Intervals[_Result] = Intervals()
@@ -75,12 +78,12 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
         if kind is Replay and r.graph in writes:
             for node, a in reads[r.graph]:
                 yield from _read(clobbered, reported, node, a, r.graph)
-            for node, a in writes[r.graph]:
+            for node, a, blind in writes[r.graph]:
                 lo, hi = a.ptr, a.ptr + a.nbytes
                 for key, c in clobbered.overlapping(lo, hi):
                     if c.victim == r.graph:
                         clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
-                for _, res in results.overlapping(lo, hi) if a.access == "w" else ():
+                for _, res in results.overlapping(lo, hi) if blind else ():
                     if res.graph != r.graph:
                         clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, (node, a)))
                 results.put(lo, hi, _Result(r.graph, (node, a)))

@@ -301,7 +301,7 @@ def test_an_update_in_place_by_the_other_graph_is_not_a_clobber():
     t = Tracer()
     t.capture(0, lambda: (t.alloc(3, P, pool=graph_pool(0), label="cache"),
                           t.launch("append", arg(3, P, "rw", label="cache"))))
-    t.capture(1, lambda: t.launch("append2", arg(3, P, "rw", label="cache")))
+    t.capture(1, lambda: t.launch("append2", arg(3, P, label="cache"), arg(3, P, "w", label="cache")))
     for order in ((0, 1, 0), (1, 0, 1)):
         for i, gid in enumerate(order):
             t.replay(gid, i)
