@@ -46,6 +46,8 @@ class _Clobber:
 
 
 def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
+    if sum(1 for g in index.graphs.values() if not g.failed and g.nodes) < 2:
+        return                                  # one graph cannot clobber another
     pool = Intervals(((a.ptr, a.ptr + a.nbytes), a) for g in index.graphs.values() for a in g.allocs if a.nbytes)
     if not pool:
         return
@@ -68,8 +70,6 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
                     blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes
                                                         for b in node.args)
                     writes[g.id].append((node, a, blind))
-    if len(writes) < 2:
-        return
     results: Intervals[_Result] = Intervals()
     clobbered: Intervals[_Clobber] = Intervals()
     reported: set[tuple[GraphId, GraphId]] = set()
