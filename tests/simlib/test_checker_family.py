@@ -214,6 +214,15 @@ def test_blocks_of_the_graphs_own_pool_are_not_freed_under_it():
     assert 10 not in codes(t.check())
 
 
+def test_a_block_of_another_graphs_capture_is_graph_memory_whatever_its_pool_is_called():
+    t = Tracer()
+    t.capture(0, lambda: (t.alloc(5, P, pool="tree_pool"), t.launch("f", arg(5, P, "w"))))
+    t.capture(1, lambda: t.launch("g", arg(5, P)))          # a recorder that did not say the pool is shared
+    t.free(P, pool="tree_pool")
+    t.replay(1, 0)
+    assert 10 not in codes(t.check())
+
+
 def test_pointer_zero_is_not_skipped():
     t = Tracer()
     workspace_graph(t, free_during=True, ptr=0)
