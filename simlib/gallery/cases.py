@@ -129,17 +129,20 @@ BUFFER_REBOUND = Case(
     name="buffer_rebound", fix="fix_buffer_copied_in_place",
     threads=("vLLM #11596",),
     story=(
-        "A module re-binds a buffer every call (self.buf = self.buf.to(dtype)): a new tensor each "
-        "time, while the host refreshes whichever one self.buf names. The capture froze a copy "
-        "from the old tensor, which then had no reference left and was freed during the capture: "
-        "every replay overwrites the refreshed buffer with the old block's bytes."),
+        "A module assigns a new tensor to one of its buffers in forward, every call (vLLM #11596: "
+        "a rope cache rebuilt and re-bound inside forward), while the host refreshes whichever "
+        "tensor the attribute names before each call. The capture froze a copy from the tensor "
+        "bound then, which had no reference left afterwards and was freed during the capture: "
+        "every replay overwrites the refreshed buffer with the bytes of that freed block, which "
+        "the allocator has handed to someone else."),
     pytorch=(
         "def forward(self, x):\n"
-        "    self.buf = self.buf.to(torch.float16)     # a new tensor every call\n"
-        "    return x * self.buf\n"),
+        "    self.buf = self.buf.to(x.dtype, copy=True)   # re-bound: a new tensor every call\n"
+        "    return x * self.buf\n"
+        "# before each call the host refreshes it: model.buf.copy_(new_values)\n"),
     pytorch_fix=(
-        "self.buf = self.buf.to(torch.float16)         # once, at load\n"
-        "self.buf.copy_(new_values)                    # then in place, before every replay\n"),
+        "def forward(self, x):\n"
+        "    return x * self.buf                        # converted once, at load; refreshed in place\n"),
     build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",))
 
 CASES: dict[str, Case] = {c.name: c for c in (HOST_SCALAR, INPUT_REBUILT, WORKSPACE_RESIZED, WORKSPACE_FREED,

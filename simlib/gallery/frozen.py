@@ -59,8 +59,8 @@ def input_rebuilt(fixed: bool) -> Build:
 
 
 def buffer_rebound(fixed: bool) -> Build:
-    """A module buffer re-bound every call (``self.buf = self.buf.to(dtype)``), which the host
-    refreshes before each call.
+    """A module buffer re-bound to a new tensor every call (``self.buf = self.buf.to(dtype,
+    copy=True)``), which the host refreshes before each call.
 
     Fixed: the buffer is converted once, and the host copies new values into it in place.
     """
@@ -74,7 +74,7 @@ def buffer_rebound(fixed: bool) -> Build:
 
         def forward():
             buf = module["buf"]
-            if not fixed:                                     # self.buf = self.buf.to(...): a new tensor
+            if not fixed:                                     # self.buf = self.buf.to(..., copy=True)
                 module["buf"] = rt.clone(buf, label="buf")
                 rt.release(buf)                               # the old one has no reference left
             return rt.op("scale_by_buf", x, module["buf"], out_shape=(T, H))
