@@ -12,9 +12,10 @@ design, and its ranges cannot tell one graph's slots from another's.
 Only B's blind writes clobber (``"w"``, by a node that reads nothing there): an
 update in place (``"rw"``, or a node that reads the range it writes, a cache
 append) keeps what is there. A read counts as a read of A's result when it
-reads A's tensor, or A's exact range where B wrote a different one (a read of
-B's own output, laid where A's was, is B's result and fine); A reading its own
-state back always counts.
+reads A's tensor or a view of it (a weak reference included), or else A's
+exact range where B wrote a different one (a read of B's own output, laid
+where A's was, is B's result and fine); A reading its own state back always
+counts.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
         kind = type(r)
         if kind is Replay and r.graph in writes:
             for node, a in reads[r.graph]:
-                yield from _read(clobbered, reported, node, a, r.graph)
+                yield from _read(clobbered, reported, node, a, r.graph, index)
             for node, a, blind in writes[r.graph]:
                 lo, hi = a.ptr, a.ptr + a.nbytes
                 for key, c in clobbered.overlapping(lo, hi):
@@ -90,7 +91,7 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
         elif kind is Launch and r.graph is None and clobbered:
             for a in r.args:
                 if a.reads and a.nbytes:
-                    yield from _read(clobbered, reported, r, a, None)
+                    yield from _read(clobbered, reported, r, a, None, index)
             for a in r.args:
                 if a.access == "w" and a.nbytes:
                     for key, _ in clobbered.overlapping(a.ptr, a.ptr + a.nbytes):
@@ -98,21 +99,34 @@ def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
 
 
 def _read(clobbered: Intervals[_Clobber], reported: set[tuple[GraphId, GraphId]], reader: Launch, arg: Arg,
-          graph: GraphId | None) -> Iterator[Finding]:
+          graph: GraphId | None, index: Index) -> Iterator[Finding]:
     for _, c in clobbered.overlapping(arg.ptr, arg.ptr + arg.nbytes):
-        if c.graph == graph or (c.victim, c.graph) in reported or (graph != c.victim and not _reads_result(arg, c)):
+        if c.graph == graph or (c.victim, c.graph) in reported or (
+                graph != c.victim and not _reads_result(arg, c, index)):
             continue
         reported.add((c.victim, c.graph))
         yield _finding(c, reader, arg, graph)
 
 
-def _reads_result(arg: Arg, c: _Clobber) -> bool:
-    """Does ``arg`` read the victim's result (its tensor, or its exact range where the clobber's differs)?"""
-    mine, theirs = c.result[1], c.write[1]
-    if arg.tensor == mine.tensor and arg.tensor != theirs.tensor:
-        return True
-    span = (arg.ptr, arg.nbytes)
-    return span == (mine.ptr, mine.nbytes) and span != (theirs.ptr, theirs.nbytes)
+def _reads_result(arg: Arg, c: _Clobber, index: Index) -> bool:
+    """Does ``arg`` read the victim's result: its tensor (or a view of it, a weak reference
+    included), or else its exact range where the clobber's differs?"""
+    mine, theirs = c.result[1].tensor, c.write[1].tensor
+    lineage = _lineage(arg.tensor, index)
+    if (mine in lineage) != (theirs in lineage):
+        return mine in lineage
+    span, mine_arg, theirs_arg = (arg.ptr, arg.nbytes), c.result[1], c.write[1]
+    return span == (mine_arg.ptr, mine_arg.nbytes) and span != (theirs_arg.ptr, theirs_arg.nbytes)
+
+
+def _lineage(tensor: int, index: Index) -> set[int]:
+    """``tensor`` and the bases it is a view of (each once: recorded links may loop)."""
+    seen = {tensor}
+    view = index.views.get(tensor)
+    while view is not None and view.base not in seen:
+        seen.add(view.base)
+        view = index.views.get(view.base)
+    return seen
 
 
 def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:
