@@ -131,8 +131,12 @@ def _lineage(tensor: int, index: Index) -> set[int]:
 
 def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:
     (a_node, a_arg), (b_node, b_arg) = c.result, c.write
-    by = (f"graph {graph}'s replay ({reader.label!r}, {'reading its own state back' if graph == c.victim else 'a node'})"
-          if graph is not None else f"the eager launch {reader.label!r} on {reader.stream} at step {reader.step}")
+    if graph is None:
+        by = f"the eager launch {reader.label!r} on {reader.stream} at step {reader.step}"
+    elif graph == c.victim:
+        by = f"graph {graph}'s next replay (its node {reader.label!r}, reading its own state back)"
+    else:
+        by = f"graph {graph}'s node {reader.label!r}, on a replay,"
     return Finding(
         11, "graphs_clobber", ERROR, c.replay.step, a_arg.label, tuple(sorted({a_arg.ptr, b_arg.ptr})),
         f"Graph {c.victim}'s node {a_node.label!r} writes its result {a_arg.label!r} at "
@@ -141,6 +145,13 @@ def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Fi
         f"{c.graph} at step {c.replay.step} (replay #{c.replay.index} on {c.replay.stream}) clobbered graph "
         f"{c.victim}'s result, and {by} read {arg.label!r} afterwards, before graph {c.victim} wrote it "
         f"again. It got graph {c.graph}'s bytes.",
-        f"Read (or copy out: result.clone()) graph {c.victim}'s {a_arg.label!r} before replaying graph "
-        f"{c.graph}, or give the graphs separate memory: no pool=, or a cache or workspace allocated "
-        f"once before capturing and owned by one graph.")
+        _fix(c, a_arg.label, state=graph == c.victim))
+
+
+def _fix(c: _Clobber, label: str, *, state: bool) -> str:
+    if state:        # the victim's own state, read back by its next replay
+        return (f"Create {label!r} before capturing any graph, so that it is no graph's pool memory and "
+                f"no replay initialises or reuses it, or give each graph its own {label!r}.")
+    return (f"Read (or copy out: result.clone()) graph {c.victim}'s {label!r} before replaying graph "
+            f"{c.graph}, or give the graphs separate memory: no pool=, or a cache or workspace allocated "
+            f"once before capturing and owned by one graph.")
