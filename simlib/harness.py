@@ -12,11 +12,15 @@ per batch size, say). A ``Program`` has
 
 The harness builds the program twice, in two runtimes: one warms up,
 captures and replays, as a CUDA-graph program does; the other runs every call
-eagerly, which is what the program means (all but the capture's call, which
-runs nothing on the device, so a replay starts from the state the warm-ups
-left in both). Replay ``k`` is right when it computes what eager call ``k``
-computed, and the outcome is a word of ``simlib.glossary``. Inputs are fresh for every call (``x3`` in call 3), so
-a stale buffer cannot pass for a right answer.
+eagerly, which is what the program means, all but the capture's call: that
+one runs nothing on the device, so the eager runtime only feeds it, and a
+replay starts from the device state the warm-ups left in both. Keep per-call
+host state in ``feed`` (it runs before every call in both runtimes);
+``forward``'s host code runs in the capture's call only where it is
+captured. Replay ``k`` is right when it computes what eager call ``k``
+computed, and the outcome is a word of ``simlib.glossary``. Inputs are fresh
+for every call (``x3`` in call 3), so a stale buffer cannot pass for a right
+answer.
 
     def build(rt):
         x = rt.empty((8,), "x")
@@ -202,12 +206,12 @@ class Session:
 
     def _both(self, name: str, wrap: Callable[[Runtime, Program], TensorHandle],
               failed: Callable[[BaseException], str], *, eager: bool = True) -> list[TensorHandle]:
-        """Feed call ``k`` and run it in the capturing runtime (``wrap``) and, with ``eager``, in
-        the eager one."""
+        """Feed call ``k`` in both runtimes; run it in the capturing one (``wrap``) and, with
+        ``eager``, in the eager one."""
         self.calls += 1
         k = self.calls
         out = []
-        for rt in (self.graphed, self.eager) if eager else (self.graphed,):
+        for rt in (self.graphed, self.eager):
             program = self._programs[rt][name]
             try:
                 program.feed(k)
@@ -215,6 +219,8 @@ class Session:
                 self._stop(ILLEGAL_ADDRESS, exc)
             except Exception as exc:            # the user's host code
                 self._stop(host_error(_code(exc)), exc)
+            if rt is self.eager and not eager:
+                continue
             try:
                 out.append(wrap(rt, program) if rt is self.graphed else program.forward())
             except IllegalAddress as exc:
@@ -242,8 +248,8 @@ class Session:
                     out = program.forward()
             self.graphs[name] = g
             return program.after_capture(out) if program.after_capture else out
-        # The capture's call runs nothing on the device, so the eager runtime skips it: the
-        # state a replay starts from is what the warm-ups left, in both.
+        # The capture's call runs nothing on the device, so the eager runtime only feeds it: the
+        # device state a replay starts from is what the warm-ups left, in both.
         self._outputs[name] = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))),
                                          eager=False)[0]
 
