@@ -68,6 +68,7 @@ from gpu_demo.record.op_plans import (
     PLANS,
     VIEW,
     OpPlan,
+    collective_scalars,
     made_by,
     plan_of,
     tensor_behind,
@@ -107,7 +108,7 @@ _OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
 SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
 # The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
 POSITIONAL: dict[type[Record], tuple[str, ...]] = {
-    Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl"),
+    Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl", "scalars", "site"),
     View: ("tensor", "label", "base", "ptr", "numel", "shape", "graph"),
     Alloc: ("tensor", "label", "ptr", "nbytes", "stream", "pool"),
     Free: ("label", "ptr", "nbytes", "stream", "pool", "graph"),
@@ -502,6 +503,9 @@ class CaptureRecorder(QuickDispatchMode):
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
+        if plan.collective:   # its results are its buffers; recorded first, since it may never return
+            self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
+            return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
         stream = self._stream()
         made = made_by(out, given)
@@ -513,7 +517,7 @@ class CaptureRecorder(QuickDispatchMode):
         return out
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
-                stream: str | None = None, pdl: bool = False) -> None:
+                stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = ()) -> None:
         stream, role = stream or self._stream(), _marks.role
         label = f"{role}/{opname}" if role else opname
         if skips_empty and writes_only_empty(args):
@@ -524,7 +528,7 @@ class CaptureRecorder(QuickDispatchMode):
         deps = self._frontier.get(stream, ())
         self._frontier[stream] = (launch,)
         self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
-                                         role, stream, args, self.graph, deps, pdl))   # ``_add``, inlined
+                                         role, stream, args, self.graph, deps, pdl, scalars))   # ``_add``, inlined
 
     def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         out = plan.call(*args, **kwargs)
