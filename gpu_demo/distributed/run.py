@@ -71,9 +71,9 @@ def run_job(tp: int, *, base: MoEConfig, settings: RunSettings, latency: bool = 
         mine["cases"][name] = {"eager_error": _eager_error(config, settings, plan),
                                "guard": _guard(name, config, settings, plan, replays=config.replays)}
         if on_gpu:
-            mine["cases"][name]["truth"] = _truth(config, settings, plan)
+            mine["cases"][name]["truth"] = replay_truth(config, settings, plan)
     if on_gpu and latency:
-        mine["latency_us"] = {kind: _replay_us(replace(base, order="shared_first"), settings,
+        mine["latency_us"] = {kind: replay_us(replace(base, order="shared_first"), settings,
                                                TensorParallel(rank, world), reduce=kind == "with_all_reduce")
                               for kind in ("with_all_reduce", "without_all_reduce")}
     if world >= 2:
@@ -117,7 +117,7 @@ def _guard(name: str, config: MoEConfig, settings: RunSettings, plan: TensorPara
     return {"clean": verdict["clean"], "rules": rules, "report": verdict["report"] if plan.rank == 0 else None}
 
 
-def _truth(config: MoEConfig, settings: RunSettings, plan: TensorParallel) -> dict[str, Any]:
+def replay_truth(config: MoEConfig, settings: RunSettings, plan: TensorParallel) -> dict[str, Any]:
     """Capture, replays with fresh inputs, each against the full stack run eagerly (needs CUDA)."""
     model, reference = _model(config, settings, plan), MoEStack(config, settings)
     static_in, *fresh = _inputs(config, settings, 1 + config.replays)
@@ -129,7 +129,7 @@ def _truth(config: MoEConfig, settings: RunSettings, plan: TensorParallel) -> di
             "message": evidence.message}
 
 
-def _replay_us(config: MoEConfig, settings: RunSettings, plan: TensorParallel, *, reduce: bool) -> float:
+def replay_us(config: MoEConfig, settings: RunSettings, plan: TensorParallel, *, reduce: bool) -> float:
     """Median replay time in µs of the captured TP stack (CUDA events, one replay each)."""
     model = _model(config, settings, plan, reduce=reduce)
     (x,) = _inputs(config, settings, 1)
