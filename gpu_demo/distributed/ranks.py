@@ -93,16 +93,22 @@ def ranks_checked(*, strict: bool = False, on_hazard: str = "raise", name: str =
                   device: Device | None = None) -> Iterator[CaptureRecorder]:
     """Record the block on every rank; at its end check each rank and the ranks together.
 
-    Every rank must enter and leave the block. A hazard on any rank raises ``AssertionError`` with the
-    merged report on every rank (``on_hazard="warn"``: rank 0 prints it); ``strict`` counts warnings too.
+    Every rank must enter the block; one whose block raises still sends its trace (the error
+    goes on, with the merged report as a note). A hazard on any rank raises ``AssertionError``
+    with the merged report on every rank (``on_hazard="warn"``: rank 0 prints it); ``strict``
+    counts warnings too.
     """
     if on_hazard not in ("raise", "warn"):
         raise ValueError(f"on_hazard={on_hazard!r} is not one of 'raise', 'warn'")
     rank, world = rank_and_world()
     recorder = CaptureRecorder({"recorder": "gpu_demo.distributed", "torch": torch.__version__,
                                 "rank": rank, "world_size": world}, device=device)
-    with recorder:
-        yield recorder
+    try:
+        with recorder:
+            yield recorder
+    except BaseException as exc:
+        exc.add_note(check_job(recorder.trace, name)["report"])
+        raise
     verdict = check_job(recorder.trace, name)
     failed = verdict["findings"] if strict else [f for f in verdict["findings"] if f["severity"] == ERROR]
     if failed and on_hazard == "raise":

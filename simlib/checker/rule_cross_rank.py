@@ -13,12 +13,13 @@ never by the single-trace ``check``.
 
 The n-th capture of every rank is compared with the n-th of the others (the
 ranks of a job capture their graphs in the same order). A collective is a
-``Launch`` (or an op that launched nothing, ``SkippedLaunch``) whose kernel is a
-``c10d`` op (one over zero elements launches nothing, so its peers see none;
-it is named in the finding); its group and member ranks are its ``group`` and ``group_ranks``
-scalars, as the recorder freezes them; it is compared by op, role (the
-program's name for the code that issued it), buffer shapes and the other
-scalars (reduce op, root, dtype). Only the ranks whose traces are given are
+``Launch`` whose kernel is a ``c10d`` op; its group and member ranks are its
+``group`` and ``group_ranks`` scalars, as the recorder freezes them. It is
+compared by op, role (the program's name for the code that issued it), buffer
+shapes and the other scalars (reduce op, root, dtype), not by how the host
+waits for it (``async_op``). One over zero elements launched nothing
+(``SkippedLaunch``: gloo returns at once), so its peers have nothing to pair
+with; the finding names it. Only the ranks whose traces are given are
 compared. Two collectives alike in all of these but issued in a different
 order on two ranks pair up without a sign in the traces (their buffers are
 each rank's own): give them roles, and the swap shows.
@@ -94,7 +95,6 @@ def collective_mismatches(traces: Sequence[Trace]) -> list[Finding]:
 @dataclass
 class _CapturedCollectives:
     graph: int
-    begin_step: int
     end_step: int
     sequences: dict[str, list[Collective]]     # group name -> its collectives, in host order
     members: dict[str, tuple[int, ...]]        # group name -> its ranks
@@ -106,7 +106,7 @@ def _captures(trace: Trace) -> list[_CapturedCollectives]:
     for r in trace.records:
         if type(r) is Capture:
             if r.op == "begin":
-                found[r.graph] = _CapturedCollectives(r.graph, r.step, r.step, {}, {}, [])
+                found[r.graph] = _CapturedCollectives(r.graph, r.step, {}, {}, [])
             elif r.graph in found:
                 found[r.graph].end_step = r.step
         elif type(r) in (Launch, SkippedLaunch) and r.graph in found and r.kernel.startswith(COLLECTIVE_PREFIX):
@@ -135,36 +135,38 @@ def _compare(n: int, group: str, captures: dict[int, _CapturedCollectives | None
     if missing:
         first = min(r for r in ranks if r not in missing)
         step = captures[first].end_step
-        what = (f"rank(s) {_ranks(missing)} captured no graph #{n} while rank {first}'s graph #{n} "
+        what = (f"rank(s) {_ranks(missing)} made no capture #{n} while rank {first}'s capture #{n} "
                 f"(graph {captures[first].graph}) holds {len(shown[first])} collective(s) on group {group!r}")
     else:
         what, step = _first_difference(group, sequences, captures)
     return Finding(
         rule=12, code="collective_mismatch", severity=ERROR, step=step,
         label=f"capture #{n}, group {group!r}, ranks {_ranks(ranks)}", pointers=(),
-        why=(f"{what}. Each replay pairs every rank's n-th collective with the n-th of its peers, so "
+        why=(f"{what[0].upper()}{what[1:]}. Each replay pairs every rank's n-th collective with the n-th of its peers, so "
              "the replays wait for a partner that never comes (a hang) or reduce buffers that do not "
              "match (garbage): the ranks' graphs disagree, though each rank's capture looks fine alone."),
-        fix=("issue the same collectives, in the same order, with the same sizes and dtypes on every rank "
+        fix=("Issue the same collectives, in the same order, with the same sizes and dtypes on every rank "
              "of the group, inside and outside the capture: a rank with an empty shard still joins the "
              "collective (it contributes zeros or an empty piece); move rank-dependent branches before "
-             "the capture, or make them decide the same way on every rank"),
+             "the capture, or make them decide the same way on every rank."),
     )
 
 
 def _first_difference(group: str, sequences: dict[int, list[Collective]],
                       captures: dict[int, _CapturedCollectives | None]) -> tuple[str, int]:
+    """The first position where the ranks' sequences differ (``_compare`` found that one does)."""
     ranks = sorted(sequences)
-    longest = max(len(s) for s in sequences.values())
-    for i in range(longest):
-        at = {r: sequences[r][i] if i < len(sequences[r]) else None for r in ranks}
-        if len({c.signature if c is not None else None for c in at.values()}) == 1:
-            continue
-        base = next(r for r in ranks if at[r] is not None)
-        parts = [f"rank {r}: {at[r].describe() if at[r] else _nothing(len(sequences[r]), captures[r])}" for r in ranks]
-        return (f"collective #{i + 1} on group {group!r} differs between the ranks' captures ("
-                + "; ".join(parts) + ")", at[base].step)
-    raise AssertionError("sequences differ but no position does")   # unreachable: _compare checked
+
+    def at(i: int) -> dict[int, Collective | None]:
+        return {r: sequences[r][i] if i < len(sequences[r]) else None for r in ranks}
+
+    i = next(i for i in range(max(map(len, sequences.values())))
+             if len({c.signature if c else None for c in at(i).values()}) > 1)
+    here = at(i)
+    parts = [f"rank {r}: {here[r].describe() if here[r] else _nothing(len(sequences[r]), captures[r])}" for r in ranks]
+    first = next(c for c in here.values() if c is not None)
+    what = f"collective #{i + 1} on group {group!r} differs between the ranks' captures ({'; '.join(parts)})"
+    return what, first.step
 
 
 def _nothing(count: int, captured: _CapturedCollectives | None) -> str:

@@ -42,7 +42,7 @@ def test_ranks_that_captured_the_same_collectives_agree():
 def test_a_collective_left_out_on_one_rank_is_a_mismatch_named_by_both_ranks():
     (finding,) = collective_mismatches([rank_trace(0, all_reduce(1), all_reduce(5)), rank_trace(1, all_reduce(1))])
     assert (finding.rule, finding.code, finding.severity, finding.step) == (12, "collective_mismatch", "error", 5)
-    assert "collective #2" in finding.why and "rank 1: nothing" in finding.why
+    assert "Collective #2" in finding.why and "rank 1: nothing" in finding.why
     assert "ranks 0, 1" in finding.label and "'tp'" in finding.label
 
 
@@ -54,7 +54,7 @@ def test_a_collective_left_out_on_one_rank_is_a_mismatch_named_by_both_ranks():
 ])
 def test_a_collective_that_differs_in_size_dtype_op_or_place_is_a_mismatch(changed, words):
     (finding,) = collective_mismatches([rank_trace(0, all_reduce(1)), rank_trace(1, all_reduce(1, **changed))])
-    assert "collective #1" in finding.why and words in finding.why
+    assert "Collective #1" in finding.why and words in finding.why
 
 
 def test_the_host_waiting_differently_is_not_a_mismatch():
@@ -65,7 +65,7 @@ def test_the_host_waiting_differently_is_not_a_mismatch():
 
 def test_a_rank_that_captured_no_graph_is_a_mismatch():
     (finding,) = collective_mismatches([rank_trace(0, all_reduce(1)), rank_trace(1, captured=False)])
-    assert "rank(s) 1 captured no graph #0" in finding.why and finding.step == 99
+    assert "Rank(s) 1 made no capture #0" in finding.why and finding.step == 99
 
 
 def test_an_all_reduce_over_an_empty_shard_launches_nothing_and_is_a_mismatch():

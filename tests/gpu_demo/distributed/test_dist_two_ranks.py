@@ -79,6 +79,7 @@ def test_the_whole_job_check_merges_the_ranks_on_rank_0(tmp_path, fixed):
     else:   # rank 1 leaves, so rank 0's all-reduce fails; the merge still comes
         assert "[ranks 0, 1] ERROR rule 12 (collective_mismatch)" in text and "rank 1: nothing" in text
         assert done.returncode != 0
+        assert "rank 0: capture of graph 0 (capture-order check)" in done.stderr   # each rank's own warning
 
 
 RANKS_CHECKED = textwrap.dedent('''
