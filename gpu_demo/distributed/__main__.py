@@ -7,6 +7,9 @@
 ``torchrun --nproc-per-node N -m gpu_demo.distributed check [--strict] script.py [args...]``
     the script with every rank's captures checked, and one merged report on
     rank 0 (``gpu_demo.distributed.whole_job``).
+
+An entry point, so it sits on the CLI floor (``tests/test_layout.py``): it
+writes the provenance every results file carries (``gpu_demo.measure.provenance``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +28,7 @@ import torch.distributed as dist
 
 from gpu_demo.distributed import whole_job
 from gpu_demo.distributed.run import run_job
+from gpu_demo.measure.provenance import provenance
 from gpu_demo.moe.settings import DEVICES, RunSettings
 from simlib.spec import MoEConfig
 
@@ -73,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group("nccl" if on_gpu else "gloo", timeout=timedelta(seconds=args.collective_timeout_s))
     results = run_job(args.tp, base=base, settings=settings, latency=not args.no_latency)
     if results is not None:
+        results["provenance"] = {**provenance([]), "command": shlex.join(
+            ["torchrun", "--nproc-per-node", str(args.tp), "-m", "gpu_demo.distributed", *(argv or sys.argv[1:])])}
+        results["job"] = {"backend": dist.get_backend(), "world_size": args.tp, "mode": "cuda" if on_gpu else "dry_run",
+                          "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None}
         for name, case in results["ranks"][0]["cases"].items():
             truth = " ".join(f"rank {r['rank']}: {r['cases'][name]['truth']['outcome']}"
                              for r in results["ranks"] if "truth" in r["cases"][name])

@@ -9,27 +9,31 @@ Each rank runs the same cases in the same order (their collectives pair up):
    with fresh inputs, each compared with the full stack run eagerly);
 2. on GPUs, replay latency of the safe program with and without the all-reduce;
 3. with 2 ranks or more, the divergent program (the rank with an empty shard
-   leaves the all-reduce out of its graph) and its fix: guard verdicts only;
-   the divergent graphs are never replayed (they would hang). Last, since on
-   gloo its unmatched all-reduce times out and may leave the group unusable.
+   leaves the all-reduce out of its graph) and its fix: guard verdicts, and
+   on GPUs the fix's truth; the divergent graphs are never replayed (they
+   would hang). Last, since on gloo its unmatched all-reduce times out and may
+   leave the group unusable.
 
 On CPUs it is the dry run (gloo; no graph is captured, so no truth and no
-latency). Rank 0 gathers every rank's results over the store and writes one
-JSON with provenance.
+latency). Rank 0 gathers every rank's results over the store; ``__main__``
+adds ``provenance`` (``gpu_demo.measure.provenance``) and ``job`` (backend,
+world size, mode, NCCL version) and writes the JSON: ``config``,
+``settings``, and ``ranks``, one per rank: ``rank``, ``tolerance``,
+``seconds``, ``latency_us`` (``with_all_reduce``, ``without_all_reduce``:
+median of 200 replays, CUDA events) and ``cases``, each with
+``eager_error`` (TP stack against the full stack, eagerly), ``guard``
+(``clean``, ``rules`` as ``[ranks, code]``, rank 0's ``report``) and
+``truth`` (``outcome`` in ``simlib.glossary`` words, ``errors`` per replay).
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import platform
-import sys
 import time
 from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from gpu_demo.distributed.ranks import check_job, gather_on_rank0, rank_and_world
 from gpu_demo.distributed.tp_moe import TensorParallel, TensorParallelMoE
@@ -81,16 +85,13 @@ def run_job(tp: int, *, base: MoEConfig, settings: RunSettings, latency: bool = 
             config, plan = replace(base, order="shared_first"), TensorParallel(rank, world, **changes)
             mine["cases"][name] = {"eager_error": _eager_error(config, settings, plan),
                                    "guard": _guard(name, config, settings, plan, replays=0)}
+            if on_gpu and not plan.skip_empty_shard:   # the fix replays like any safe program
+                mine["cases"][name]["truth"] = replay_truth(config, settings, plan)
     mine["seconds"] = round(time.perf_counter() - started, 2)
     texts = gather_on_rank0("results", json.dumps(mine))
     if texts is None:
         return None
-    return {"provenance": provenance(tp, settings), "config": base.to_dict(), "settings": settings.to_dict(),
-            "ranks": [json.loads(t) for t in texts]}
-
-
-def _model(config: MoEConfig, settings: RunSettings, plan: TensorParallel, *, reduce: bool = True) -> TensorParallelMoE:
-    return TensorParallelMoE(config, settings, plan, reduce=reduce)
+    return {"config": base.to_dict(), "settings": settings.to_dict(), "ranks": [json.loads(t) for t in texts]}
 
 
 def _inputs(config: MoEConfig, settings: RunSettings, count: int) -> list[torch.Tensor]:
@@ -103,14 +104,14 @@ def _eager_error(config: MoEConfig, settings: RunSettings, plan: TensorParallel)
     """The TP stack against the full stack, both eager, on one input (the sharding's own check)."""
     (x,) = _inputs(config, settings, 1)
     with torch.no_grad():
-        return output_error([_model(config, settings, plan)(x.clone())], [MoEStack(config, settings)(x.clone())])
+        return output_error([TensorParallelMoE(config, settings, plan)(x.clone())], [MoEStack(config, settings)(x.clone())])
 
 
 def _guard(name: str, config: MoEConfig, settings: RunSettings, plan: TensorParallel, *, replays: int) -> dict:
     (x,) = _inputs(config, settings, 1)
     annotate.label(x, "residual")
     with torch.no_grad():
-        trace = record_capture(_model(config, settings, plan), [x], replays=replays,
+        trace = record_capture(TensorParallelMoE(config, settings, plan), [x], replays=replays,
                                meta={"rank": plan.rank, "world_size": plan.world, "case": name})
     verdict = check_job(trace, f"guard/{name}")
     rules = sorted({(",".join(map(str, f["ranks"])), f["code"]) for f in verdict["findings"]})
@@ -119,7 +120,7 @@ def _guard(name: str, config: MoEConfig, settings: RunSettings, plan: TensorPara
 
 def replay_truth(config: MoEConfig, settings: RunSettings, plan: TensorParallel) -> dict[str, Any]:
     """Capture, replays with fresh inputs, each against the full stack run eagerly (needs CUDA)."""
-    model, reference = _model(config, settings, plan), MoEStack(config, settings)
+    model, reference = TensorParallelMoE(config, settings, plan), MoEStack(config, settings)
     static_in, *fresh = _inputs(config, settings, 1 + config.replays)
     with torch.no_grad():
         evidence = replay_and_compare(model, [static_in], [[f] for f in fresh],
@@ -131,7 +132,7 @@ def replay_truth(config: MoEConfig, settings: RunSettings, plan: TensorParallel)
 
 def replay_us(config: MoEConfig, settings: RunSettings, plan: TensorParallel, *, reduce: bool) -> float:
     """Median replay time in µs of the captured TP stack (CUDA events, one replay each)."""
-    model = _model(config, settings, plan, reduce=reduce)
+    model = TensorParallelMoE(config, settings, plan, reduce=reduce)
     (x,) = _inputs(config, settings, 1)
     with torch.no_grad():
         warm_up(lambda: model(x))
@@ -146,16 +147,3 @@ def replay_us(config: MoEConfig, settings: RunSettings, plan: TensorParallel, *,
         if i >= 20:
             times.append(start.elapsed_time(end) * 1000.0)
     return round(sorted(times)[len(times) // 2], 2)
-
-
-def provenance(tp: int, settings: RunSettings) -> dict[str, Any]:
-    on_gpu = settings.torch_device.type == "cuda"
-    return {
-        "command": " ".join(["torchrun", f"--nproc-per-node {tp}", "-m gpu_demo.distributed", *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-        "backend": dist.get_backend() if dist.is_initialized() else None,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None,
-        "device": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu",
-        "world_size": tp, "mode": "cuda" if on_gpu else "dry_run",
-    }

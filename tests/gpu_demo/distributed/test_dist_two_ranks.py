@@ -45,9 +45,10 @@ def test_two_gloo_ranks_record_the_tp_demo_and_rank_0_merges_the_verdicts(tmp_pa
     assert "rank 1: nothing" in " ".join(divergent["report"].split())
     for rank in results["ranks"]:   # the sharded stack computes the full one, eagerly, on each rank
         assert all(case["eager_error"] < rank["tolerance"] for case in rank["cases"].values()), rank
-    provenance = results["provenance"]
-    assert (provenance["backend"], provenance["world_size"], provenance["mode"]) == ("gloo", 2, "dry_run")
-    assert provenance["torch"] and provenance["date"] and "--tp 2" in provenance["command"]
+    provenance, job = results["provenance"], results["job"]
+    assert (job["backend"], job["world_size"], job["mode"]) == ("gloo", 2, "dry_run")
+    assert provenance["torch"] and provenance["date_utc"] and provenance["gpu"] is None
+    assert provenance["command"].startswith("torchrun --nproc-per-node 2 -m gpu_demo.distributed run --tp 2")
 
 
 PROGRAM = textwrap.dedent('''
