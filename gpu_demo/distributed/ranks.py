@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Iterator, Sequence
@@ -30,6 +31,7 @@ from simlib.trace import Trace
 
 STORE_PREFIX = "capture_order"
 GATHER_TIMEOUT_S = 300.0
+_exchanges: Counter[str] = Counter()   # exchanges of each name so far: every rank counts alike
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -42,30 +44,35 @@ def rank_and_world() -> tuple[int, int]:
 def gather_on_rank0(name: str, payload: str, timeout_s: float = GATHER_TIMEOUT_S) -> list[str] | None:
     """Every rank's ``payload`` on rank 0, in rank order (``None`` on the other ranks).
 
-    ``name`` keeps one exchange apart from the next; every rank must use the same names in the
-    same order. Needs the default process group (its store).
+    Every rank must make the same exchanges in the same order; the n-th exchange of a ``name``
+    has keys of its own. Needs the default process group (its store).
     """
     if not dist.is_initialized():
         raise RuntimeError("gathering the ranks' traces needs torch.distributed initialised "
                            "(dist.init_process_group) on every rank; call it before the check")
     rank, world = rank_and_world()
-    store = dist.distributed_c10d._get_default_store()
-    store.set(f"{STORE_PREFIX}/{name}/{rank}", payload)
+    store, key = dist.distributed_c10d._get_default_store(), _key(name)
+    store.set(f"{key}/{rank}", payload)
     if rank != 0:
         return None
-    keys = [f"{STORE_PREFIX}/{name}/{r}" for r in range(world)]
+    keys = [f"{key}/{r}" for r in range(world)]
     store.wait(keys, timedelta(seconds=timeout_s))
-    return [store.get(key).decode() for key in keys]
+    return [store.get(k).decode() for k in keys]
 
 
 def share_from_rank0(name: str, payload: str | None, timeout_s: float = GATHER_TIMEOUT_S) -> str:
     """Rank 0's ``payload`` on every rank."""
-    store = dist.distributed_c10d._get_default_store()
-    key = f"{STORE_PREFIX}/{name}/from0"
+    store, key = dist.distributed_c10d._get_default_store(), f"{_key(name)}/from0"
     if rank_and_world()[0] == 0:
         store.set(key, payload or "")
     store.wait([key], timedelta(seconds=timeout_s))
     return store.get(key).decode()
+
+
+def _key(name: str) -> str:
+    """The store key of this exchange of ``name``: the n-th exchange of a name gets its own keys."""
+    _exchanges[name] += 1
+    return f"{STORE_PREFIX}/{name}/{_exchanges[name]}"
 
 
 def merged_check(traces: Sequence[Trace]) -> tuple[list[RankFinding], str]:
