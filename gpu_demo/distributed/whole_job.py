@@ -30,7 +30,7 @@ from gpu_demo.guard.process import CaptureChecker, check_process
 from simlib.checker import RankFinding, format_rank_report
 from simlib.checker.findings import Finding
 from simlib.checker.rule_cross_rank import COLLECTIVE_PREFIX, collective_mismatches
-from simlib.trace import Capture, Launch, SkippedLaunch, Trace
+from simlib.trace import Capture, Launch, Record, SkippedLaunch, Trace
 
 REPORT_ENV = "CAPTURE_ORDER_REPORT"
 
@@ -40,15 +40,15 @@ class JobCheck:
 
     def __init__(self, checker: CaptureChecker) -> None:
         self.checker = checker
-        self.kept: list[Any] = []
+        self.kept: list[Record] = []
         self.report: str | None = None   # rank 0's merged report, once made
         self._merged = False
         checker.recorder.capture_ended.insert(0, self._keep)   # before the checker forgets the capture
 
     def _keep(self, graph: int) -> None:
         for r in self.checker.recorder.snapshot(graph).records:
-            if type(r) is Capture and r.graph == graph or (
-                    type(r) in (Launch, SkippedLaunch) and r.graph == graph and r.kernel.startswith(COLLECTIVE_PREFIX)):
+            collective = type(r) in (Launch, SkippedLaunch) and r.kernel.startswith(COLLECTIVE_PREFIX)
+            if (type(r) is Capture or collective) and r.graph == graph:
                 self.kept.append(r)
 
     def merge(self) -> str | None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.distributed as dist
 
+from gpu_demo.distributed.ranks import ranks_checked
 from gpu_demo.distributed.run import replay_truth, replay_us
 from gpu_demo.distributed.tp_moe import TensorParallel, TensorParallelMoE
 from gpu_demo.moe.settings import RunSettings
+from gpu_demo.protocol.capture_replay import capture, warm_up
 from gpu_demo.record.capture import record_capture
 from simlib.checker import check
 from simlib.glossary import CORRECT, SILENT_WRONG
@@ -46,3 +50,16 @@ def test_replays_with_fresh_inputs_give_the_one_gpu_outcome_of_each_order(nccl_w
 def test_replay_latency_is_measured_with_and_without_the_all_reduce(nccl_world_of_one):
     config, settings = MoEConfig(order="shared_first"), RunSettings(device="cuda")
     assert replay_us(config, settings, ONE, reduce=True) > 0 and replay_us(config, settings, ONE, reduce=False) > 0
+
+
+@pytest.mark.parametrize("order", ["shared_first", "routed_first"])
+def test_ranks_checked_passes_the_safe_order_and_names_the_rank_of_the_incident(nccl_world_of_one, order):
+    config, settings = MoEConfig(order=order), RunSettings(device="cuda")
+    model = TensorParallelMoE(config, settings, ONE)
+    x = settings.random(config.tokens, config.hidden, generator=torch.Generator().manual_seed(1))
+    verdict = nullcontext() if order == "shared_first" else pytest.raises(
+        AssertionError, match=r"\[rank 0\] ERROR rule 1 \(host_mutation\)")
+    with torch.no_grad():
+        warm_up(lambda: model(x))
+        with verdict, ranks_checked():
+            capture(lambda: model(x))
