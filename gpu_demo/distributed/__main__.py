@@ -55,9 +55,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:   # by hand: argparse would take the script's own ``-m`` and flags
+        strict = argv[1:2] == ["--strict"]
+        return whole_job.main(argv[1 + strict:], "raise" if strict else "warn")
     args = _parser().parse_args(argv)
-    if args.command == "check":
-        return whole_job.main(args.argv, "raise" if args.strict else "warn")
     if "RANK" not in os.environ:
         print("run this under torchrun (it sets RANK, WORLD_SIZE, MASTER_ADDR): "
               f"torchrun --nproc-per-node {args.tp} -m gpu_demo.distributed run --tp {args.tp}", file=sys.stderr)
@@ -79,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = run_job(args.tp, base=base, settings=settings, latency=not args.no_latency)
     if results is not None:
         results["provenance"] = {**provenance([]), "command": shlex.join(
-            ["torchrun", "--nproc-per-node", str(args.tp), "-m", "gpu_demo.distributed", *(argv or sys.argv[1:])])}
+            ["torchrun", "--nproc-per-node", str(args.tp), "-m", "gpu_demo.distributed", *argv])}
         results["job"] = {"backend": dist.get_backend(), "world_size": args.tp, "mode": "cuda" if on_gpu else "dry_run",
                           "nccl": ".".join(map(str, torch.cuda.nccl.version())) if on_gpu else None}
         for name, case in results["ranks"][0]["cases"].items():

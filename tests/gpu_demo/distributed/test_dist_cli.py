@@ -22,6 +22,7 @@ def test_bad_options_are_refused_in_one_line(monkeypatch, capsys, flags, words):
     assert words in err and len(err.strip().splitlines()) == 1
 
 
-def test_check_without_a_script_prints_its_usage(capsys):
-    assert main(["check"]) == 2
+@pytest.mark.parametrize("argv", [["check"], ["check", "--strict"], ["check", "-m"]])
+def test_check_without_a_script_prints_its_usage(capsys, argv):
+    assert main(argv) == 2
     assert "usage: torchrun ... -m gpu_demo.distributed check" in capsys.readouterr().err
