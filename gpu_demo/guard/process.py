@@ -18,6 +18,7 @@ time.
 
 from __future__ import annotations
 
+import os
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -84,7 +85,8 @@ class CaptureChecker:
         findings = tuple(check(trace))
         end = next(r for r in reversed(trace.records) if type(r) is Capture and r.graph == graph)
         failed = f"capture failed: {end.error}\n" if end.error else ""
-        text = f"capture of graph {graph} (capture-order check):\n{failed}{format_report(list(findings))}"
+        who = f"rank {os.environ['RANK']}: " if "RANK" in os.environ else ""   # one rank of a torchrun job
+        text = f"{who}capture of graph {graph} (capture-order check):\n{failed}{format_report(list(findings))}"
         report = CaptureReport(graph, findings, text, end.error)
         self.reports.append(report)
         if self.forget:

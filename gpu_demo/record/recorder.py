@@ -69,6 +69,7 @@ from gpu_demo.record.op_plans import (
     PLANS,
     VIEW,
     OpPlan,
+    collective_scalars,
     made_by,
     plan_of,
     tensor_behind,
@@ -520,6 +521,9 @@ class CaptureRecorder(QuickDispatchMode):
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
+        if plan.collective:   # its results are its buffers; recorded first, since it may never return
+            self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
+            return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
         stream = self._stream()
         made = made_by(out, given)
@@ -531,7 +535,7 @@ class CaptureRecorder(QuickDispatchMode):
         return out
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
-                stream: str | None = None, pdl: bool = False) -> None:
+                stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = ()) -> None:
         stream, role = stream or self._stream(), _marks.role
         label = f"{role}/{opname}" if role else opname
         if skips_empty and writes_only_empty(args):
@@ -542,7 +546,7 @@ class CaptureRecorder(QuickDispatchMode):
         deps = self._frontier.get(stream, ())
         self._frontier[stream] = (launch,)
         self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
-                                         role, stream, args, self.graph, deps, pdl))   # ``_add``, inlined
+                                         role, stream, args, self.graph, deps, pdl, scalars))   # ``_add``, inlined
 
     def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         out = plan.call(*args, **kwargs)

@@ -93,15 +93,28 @@ by ``(site, kernel, n)`` (``calls``):
     replay reading it back as state included, before A writes it again):
     graphs sharing a pool (``Capture.pool``), a cache created lazily in
     capture. Reported at B's replay, naming both graphs.
+
+Across the ranks of one job, ``check_ranks(traces)`` (one trace per rank,
+``meta["rank"]``) runs ``check`` on each and then:
+
+12. ``collective_mismatch`` (error): the ranks of one group captured different
+    collective sequences (``c10d`` launches in their n-th capture): a different
+    order, count, op, size or dtype, or a collective in a branch taken on one
+    rank only. Every replay then waits for a partner that never comes or
+    combines buffers that do not match (``rule_cross_rank``).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from ..trace import Trace
 from .calls import calls_of
 from .findings import ERROR, WARNING, Finding, format_report
 from .index import index_trace
+from .ranks import RankFinding, format_rank_report
 from .rule_capture_failed import capture_failed
+from .rule_cross_rank import collective_mismatches, rank_of
 from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
 from .rule_freed_under_graph import freed_under_graphs
@@ -113,7 +126,7 @@ from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import stale_inputs
 
-__all__ = ["ERROR", "WARNING", "Finding", "check", "format_report"]
+__all__ = ["ERROR", "WARNING", "Finding", "RankFinding", "check", "check_ranks", "format_rank_report", "format_report"]
 
 
 def check(trace: Trace) -> list[Finding]:
@@ -139,3 +152,10 @@ def check(trace: Trace) -> list[Finding]:
     findings += graphs_clobber(trace, index)
     return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
 
+
+def check_ranks(traces: Sequence[Trace]) -> list[RankFinding]:
+    """Every hazard of a multi-rank job: each rank's own (``check``), by rank, then rule 12 across them."""
+    ordered = sorted(traces, key=rank_of)
+    found = [RankFinding((rank_of(t),), f) for t in ordered for f in check(t)]
+    ranks = tuple(rank_of(t) for t in ordered)
+    return found + [RankFinding(ranks, f) for f in collective_mismatches(ordered)]
