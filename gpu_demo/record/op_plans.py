@@ -28,6 +28,9 @@ _METADATA_MUTATIONS = {
 }
 _NO_LAUNCH = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
 _OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, aten.random_}
+# Ops that copy one tensor's data into another, possibly across devices (``copy_role``).
+_COPIES = {aten.copy_, aten._to_copy}
+H2D = "h2d"   # the ``Launch.role`` of a copy from host memory into device memory
 
 # What the recorder does with an op, decided once per OpOverload (``OpPlan``).
 MUTATE, VIEW, ITEM, NO_LAUNCH, LAUNCH = "mutate", "view", "item", "no_launch", "launch"
@@ -45,7 +48,9 @@ class OpPlan:
     access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
     ``copy_``) or ``rw`` (any other in-place write). ``call`` runs the op
     (``dispatch_mode.op_caller``). ``op`` is the overload itself, held so that its
-    ``id`` (the key in ``PLANS``) stays its own.
+    ``id`` (the key in ``PLANS``) stays its own. ``names`` are every parameter's
+    name in schema order (a non-tensor argument is frozen under it, ``scalars_of``);
+    ``copies``: the op copies data between tensors (``copy_role``).
     """
 
     op: Any
@@ -55,6 +60,8 @@ class OpPlan:
     opname: str
     params: tuple[tuple[int, str, str], ...]
     pdl: bool
+    names: tuple[str, ...] = ()
+    copies: bool = False
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -82,9 +89,44 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
         access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
         params.append((i, spec.name, access))
     kernel = str(func)
+    names = tuple(spec.name for spec in func._schema.arguments)
     plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
-                                      kernel in PDL_OPS)
+                                      kernel in PDL_OPS, names, packet in _COPIES)
     return plan
+
+
+_NUMBER = (int, float, bool)
+
+
+def frozen_scalar(value: Any) -> str | None:
+    """``repr`` of a host number (or a list of them, a size) a launch freezes; ``None`` otherwise."""
+    if type(value) in _NUMBER:
+        return repr(value)
+    if type(value) in (list, tuple) and value and all(type(v) in _NUMBER for v in value):
+        return repr(list(value))
+    return None
+
+
+def scalars_of(names: tuple[str, ...], args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:
+    """``(name, repr)`` of each host number an op was given (``Launch.scalars``): a graph
+    replays these values as the capture froze them, whatever the host passes later."""
+    found = []
+    for name, value in zip(names, args):
+        frozen = frozen_scalar(value)
+        if frozen is not None:
+            found.append((name, frozen))
+    for name, value in kwargs.items():
+        frozen = frozen_scalar(value)
+        if frozen is not None:
+            found.append((name, frozen))
+    return tuple(found)
+
+
+def copy_role(sources: list[torch.Tensor], results: list[torch.Tensor]) -> str:
+    """``H2D`` for a copy from host memory into device memory, else ``""``: the graph
+    replays the copy from the host buffer the capture saw (``Launch.role``)."""
+    from_host = any(not t.is_cuda for t in sources)
+    return H2D if from_host and any(t.is_cuda for t in results) else ""
 
 
 def tensors_of(plan: OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, str]]:
