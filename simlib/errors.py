@@ -30,7 +30,13 @@ class StreamCaptureUnsupported(CaptureError):
 
 
 class StreamCaptureInvalidated(CaptureError):
-    """The capture already failed; every later captured operation fails too."""
+    """The capture already failed; every later captured operation fails too.
+
+    It is also what the user sees when a capture fails inside ``with
+    torch.cuda.graph(...)``: ``__exit__`` calls ``capture_end``, which raises this
+    error while Python handles the first one, so the first error (``Unsupported``,
+    ``Isolation``, ...) is its ``__context__``: the cause, printed above it.
+    """
 
     code = "cudaErrorStreamCaptureInvalidated"
 
@@ -57,6 +63,16 @@ class CapturedEvent(CaptureError):
     """``query``/``synchronize``/``wait`` on an event last recorded in a capture."""
 
     code = "cudaErrorCapturedEvent"
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The earliest simulated error in ``exc``'s implicit chain (``__context__``): the cause of
+    a ``StreamCaptureInvalidated`` that ``capture_end`` raised over it."""
+    seen = {id(exc)}
+    while isinstance(exc.__context__, SimulatedError) and id(exc.__context__) not in seen:
+        exc = exc.__context__
+        seen.add(id(exc))
+    return exc
 
 
 class ShapeMismatch(SimulatedError, ValueError):

@@ -21,6 +21,11 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 ``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
                            (``cudaErrorStreamCaptureUnsupported``, ...) or
                            ``shape_mismatch`` for a host-side shape check
+``warmup_error:<name>``    an eager warm-up call failed before anything was
+                           captured; ``<name>`` as above, or the exception's type
+``host_error:<name>``      host code around the graph failed (feeding inputs,
+                           replaying, reading a result, the eager reference), not
+                           the capture and not the device; ``<name>`` as above
 
 ``unordered`` is a verdict about the *program*, not a result a replay can
 show: a replay is right or wrong. A GPU run of an unordered program reports
@@ -55,6 +60,9 @@ UNORDERED = "unordered"
 SILENT_WRONG = "silent_wrong"
 ILLEGAL_ADDRESS = "illegal_address"
 CAPTURE_ERROR_PREFIX = "capture_error:"
+WARMUP_ERROR_PREFIX = "warmup_error:"
+HOST_ERROR_PREFIX = "host_error:"
+PREFIXES = (CAPTURE_ERROR_PREFIX, WARMUP_ERROR_PREFIX, HOST_ERROR_PREFIX)   # outcomes that name an error
 SHAPE_MISMATCH = "shape_mismatch"
 
 
@@ -93,6 +101,13 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(CAPTURE_ERROR_PREFIX, "a capture error", "capture fails",
          "the capture itself failed, so there is no graph to replay",
          "#56B4E9"),
+    Term(WARMUP_ERROR_PREFIX, "a warm-up error", "warm-up fails",
+         "an eager warm-up call failed before the capture, so nothing was captured",
+         "#0072B2"),
+    Term(HOST_ERROR_PREFIX, "a host error", "host code fails",
+         "the host code around the graph failed (feeding inputs, replaying, reading a result), "
+         "not the capture and not a replay on the device",
+         "#999999"),
 )}
 
 NULL_POINTER_NODE = "null_pointer_node"
@@ -116,27 +131,42 @@ def capture_error(name: str) -> str:
     return CAPTURE_ERROR_PREFIX + name
 
 
+def warmup_error(name: str) -> str:
+    """The outcome string for a warm-up call that failed with ``name``."""
+    return WARMUP_ERROR_PREFIX + name
+
+
+def host_error(name: str) -> str:
+    """The outcome string for host code around the graph that failed with ``name``."""
+    return HOST_ERROR_PREFIX + name
+
+
+def _prefix(outcome: str) -> str | None:
+    return next((p for p in PREFIXES if outcome.startswith(p)), None)
+
+
 def term(outcome: str) -> Term:
-    """The ``Term`` for an outcome code (any ``capture_error:<name>`` included)."""
-    if outcome.startswith(CAPTURE_ERROR_PREFIX):
-        return OUTCOMES[CAPTURE_ERROR_PREFIX]
+    """The ``Term`` for an outcome code (any ``capture_error:<name>`` and the like included)."""
+    prefix = _prefix(outcome)
+    if prefix is not None:
+        return OUTCOMES[prefix]
     if outcome not in OUTCOMES:
         raise ValueError(f"{outcome!r} is not an outcome; the outcomes are: "
-                         + ", ".join(repr(c) for c in OUTCOMES) + " (capture_error:<name>)")
+                         + ", ".join(repr(c) for c in OUTCOMES) + " (each ...:<name>)")
     return OUTCOMES[outcome]
 
 
 def words(outcome: str) -> str:
     """How prose says ``outcome``: ``silently wrong``, ``a capture error (shape_mismatch)``."""
-    found = term(outcome)
-    if outcome.startswith(CAPTURE_ERROR_PREFIX):
-        return f"{found.words} ({outcome.removeprefix(CAPTURE_ERROR_PREFIX)})"
+    found, prefix = term(outcome), _prefix(outcome)
+    if prefix is not None:
+        return f"{found.words} ({outcome.removeprefix(prefix)})"
     return found.words
 
 
 def badge(outcome: str) -> str:
     """The outcome badge's text: ``unordered: a race``, ``capture fails: shape_mismatch``."""
-    found = term(outcome)
-    if outcome.startswith(CAPTURE_ERROR_PREFIX):
-        return f"{found.badge}: {outcome.removeprefix(CAPTURE_ERROR_PREFIX)}"
+    found, prefix = term(outcome), _prefix(outcome)
+    if prefix is not None:
+        return f"{found.badge}: {outcome.removeprefix(prefix)}"
     return found.badge

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .errors import CaptureError
+from .memory import graph_pool
 from .stream import Stream
 from .tensor import TensorHandle
 from .trace import Launch
@@ -41,11 +42,12 @@ if TYPE_CHECKING:   # runtime imports graph
 class CapturedGraph:
     """The result of a capture (``torch.cuda.CUDAGraph``): nodes with frozen args."""
 
-    def __init__(self, rt: "Runtime", id: int, label: str, stream: str) -> None:
+    def __init__(self, rt: "Runtime", id: int, label: str, stream: str, pool: str | None = None) -> None:
         self._rt = rt
         self.id = id
         self.label = label
         self.stream = stream
+        self.pool_shared = pool      # another graph's pool it was captured into (None: its own)
         self.nodes: list[Launch] = []
         self.inputs: tuple[TensorHandle, ...] = ()
         self.ok = False          # set when the capture ended without error
@@ -53,6 +55,10 @@ class CapturedGraph:
 
     def replay(self, stream: "Stream | None" = None) -> None:
         self._rt.replay(self, stream)
+
+    def pool(self) -> str:
+        """``g.pool()``: the memory pool this graph allocates from, to share with ``rt.graph(pool=...)``."""
+        return self.pool_shared or graph_pool(self.id)
 
     def node(self, label: str) -> Launch:
         """The first node whose label or kernel is ``label`` (for tests and notebooks)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import IllegalAddress, SimulatedError
+from .errors import IllegalAddress, SimulatedError, first_error
 from .glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, capture_error
 from .graph import CapturedGraph
 from .runtime import Runtime
@@ -270,8 +270,8 @@ def play(rt: Runtime, cfg: MoEConfig, *, dual_stream: bool = True) -> ScenarioRe
                 if cfg.capture_fault == "uncaptured_wait":
                     main.wait_event(outside)
                 out = model.forward(h, capturing=True, dual_stream=dual_stream)
-        except SimulatedError as exc:
-            result.outcome, result.error = capture_error(exc.code), exc
+        except SimulatedError as exc:     # named by its first error, as on a GPU; exc is what the user sees
+            result.outcome, result.error = capture_error(first_error(exc).code), exc
             return result
         result.graph = g
         for k in range(1, cfg.replays + 1):

@@ -61,18 +61,54 @@ Rules (severity ``error``: wrong on every replay, or no graph at all;
    (refreshed like an input) are not reported; a constant computed from
    nothing input-derived is not either (ops that read only a template's
    shape, ``*_like`` and ``new_*``, derive nothing from it).
+
+Rules 8 and 9 compare the calls of the code under check (``Call`` records:
+warm-up and eager calls, then the capture's call), launch by launch, lined up
+by ``(site, kernel, n)`` (``calls``):
+
+8. ``frozen_host_value`` (error): a captured launch has a non-tensor argument
+   (``Launch.scalars``: a Python float, a host int that sizes a kernel) whose
+   value took two or more values over the earlier calls and the capture's
+   call at the same launch: the graph froze the one it had at capture, and
+   every replay uses it. A value constant across calls is fine, and so is a
+   loop that passes each layer its own constant (each is its own launch).
+   Calls in which that launch read tensors of other shapes belong to another
+   graph (one per batch size) and are not compared.
+9. ``input_rebuilt`` (error): a captured launch reads a tensor that a
+   host-to-device copy (``Launch.role == "h2d"``) wrote in the capture's
+   call, and in two or more earlier calls that launch read, at that argument,
+   a different tensor each call, each copied from the host in its own call:
+   the program rebuilds the input every call, and the graph keeps re-reading
+   the capture's tensor and copy source.
+10. ``freed_under_graph`` (error): a block a graph's node reads or writes,
+    outside the graph's pool (allocated before the capture), is freed during
+    the capture, or after it while replays of the graph follow: the allocator
+    may hand it to anyone, and the replays use it. Reported at the free, with
+    the graph, the replays that follow, and who got the block next. Every
+    block counts: pointer 0 and small addresses are not skipped.
+11. ``graphs_clobber`` (error): a replay of graph B writes graph-pool memory
+    holding a live result of graph A (written by A's last replay and read
+    afterwards, by an eager launch or another graph's replay, A's own next
+    replay reading it back as state included, before A writes it again):
+    graphs sharing a pool (``Capture.pool``), a cache created lazily in
+    capture. Reported at B's replay, naming both graphs.
 """
 
 from __future__ import annotations
 
 from ..trace import Trace
+from .calls import calls_of
 from .findings import ERROR, WARNING, Finding, format_report
 from .index import index_trace
 from .rule_capture_failed import capture_failed
 from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
+from .rule_freed_under_graph import freed_under_graphs
+from .rule_frozen_host_value import frozen_host_values
 from .rule_frozen_state import frozen_state
+from .rule_graphs_clobber import graphs_clobber
 from .rule_host_mutation import host_mutations
+from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import stale_inputs
 
@@ -94,5 +130,11 @@ def check(trace: Trace) -> list[Finding]:
         findings += races(g)
     findings += frozen_state(index)
     findings += stale_inputs(trace, index)
+    calls = calls_of(trace)
+    if calls:
+        findings += frozen_host_values(calls, index)
+        findings += rebuilt_inputs(calls, index)
+    findings += freed_under_graphs(trace, index)
+    findings += graphs_clobber(trace, index)
     return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
 

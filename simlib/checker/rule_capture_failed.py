@@ -46,6 +46,12 @@ _CAPTURE_ERRORS: dict[str, tuple[str, str]] = {
 }
 
 
+# First errors raised inside the captured block: leaving it, capture_end raises Invalidated over them.
+_RAISED_INSIDE = frozenset({"cudaErrorStreamCaptureUnsupported", "cudaErrorStreamCaptureIsolation",
+                            "cudaErrorStreamCaptureImplicit", "cudaErrorCapturedEvent"})
+SEEN_AS = "cudaErrorStreamCaptureInvalidated"
+
+
 def capture_failed(g: Graph) -> Finding:
     end = g.end
     assert end is not None and end.error is not None
@@ -59,10 +65,15 @@ def capture_failed(g: Graph) -> Finding:
         reason = f", {m.why}" if m.why else ""
         cause = (f" Before it failed, the host emptied {m.label!r} ({m.op} at step {m.step}{reason}): "
                  f"if the error is a shape check, that is its cause ({GRAPH_HOLDS[SHAPE_ERROR]}).")
+    seen = ""
+    if name in _RAISED_INSIDE:
+        seen = (f" The error you see is {SEEN_AS} (\"operation failed due to a previous error during "
+                f"capture\"): leaving `with torch.cuda.graph(...)`, capture_end raises it over this first "
+                f"error, which Python prints above it as its cause.")
     return Finding(
         0, "capture_failed", ERROR, end.step, f"graph {g.id}", (),
         f"The capture of graph {g.id} on stream {end.stream} failed at step {end.step} with "
-        f"{end.error!r}: {meaning}. There is no graph: nothing was frozen and nothing replays, so "
+        f"{end.error!r}: {meaning}.{seen} There is no graph: nothing was frozen and nothing replays, so "
         f"this report has no race or frozen-value finding for it.{cause}",
         f"{fix} Then check the new trace: a failed capture hides every hazard its graph would "
         f"have had.")

@@ -16,9 +16,10 @@ only when the graph replays, with the arguments frozen at capture time.
     rt.read(y)            # -> mlp(x2)
 
 Each group of calls has a module of its own, mixed into ``Runtime``:
-``streams`` (streams, events, syncs), ``tensors`` (allocation, views, metadata
-changes, frees), ``kernels`` (launches and ops), ``capture`` (``rt.graph()``
-and the rules a call must pass meanwhile) and ``replay``. This module holds
+``ordering`` (streams, events, syncs), ``tensors`` (allocation, views, metadata
+changes, frees), ``launches`` (launches and ops), ``graph_capture`` (``rt.graph()``
+and the rules a call must pass meanwhile), ``replay`` and ``program_calls``
+(``rt.call()``, the calls the checker compares). This module holds
 the state they share and the host clock every call starts with.
 """
 
@@ -37,6 +38,7 @@ from ..trace import Fault, Trace
 from .graph_capture import CaptureCalls
 from .launches import KernelCalls
 from .ordering import StreamCalls
+from .program_calls import ProgramCalls
 from .replay import ReplayCalls
 from .tensors import TensorCalls
 
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 
-class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls):
+class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls, ProgramCalls):
     """One host thread driving one simulated GPU.
 
     ``schedule`` (``simlib.schedules.Schedule``) adds orders between graph nodes
@@ -70,6 +72,9 @@ class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls):
         self._kernels: dict[int, tuple[KernelFn, float]] = {}   # graph node -> (fn, duration)
         self._ids = {kind: itertools.count() for kind in ("tensor", "storage", "launch", "event")}
         self._sticky: IllegalAddress | None = None
+        self._weak: set[int] = set()          # tensor ids of handles that hold no reference
+        self._calls: list[int] = []           # the Call records open now (their index)
+        self._call_count = 0
 
     def _next_id(self, kind: str) -> int:
         return next(self._ids[kind])

@@ -22,6 +22,8 @@ from ..stream import Stream
 from ..tensor import TensorHandle
 from ..trace import Capture as CaptureRecord
 
+CAPTURE_STREAM = "capture"    # torch.cuda.graph's one side stream for every capture
+
 
 class CaptureCalls:
     """Beginning and ending captures, and refusing what a capture forbids.
@@ -71,18 +73,35 @@ class CaptureCalls:
                 "capture. Fork the stream into the capture first (alt.wait_stream(main)) so its "
                 "work is captured, or move the call out of the captured region."))
 
+    def is_current_stream_capturing(self) -> bool:
+        """``torch.cuda.is_current_stream_capturing()``: is the current stream being captured?
+
+        Code that must act differently under capture (skip a dispose, create a
+        buffer before it) asks this; replays never ask it again.
+        """
+        return self._capturing(self.current_stream) is not None
+
     @contextmanager
     def graph(self, stream: Stream | None = None, *, label: str = "graph",
               inputs: Sequence[TensorHandle] = (),
-              capture_error_mode: str = GLOBAL) -> Iterator[CapturedGraph]:
-        """``with torch.cuda.graph(g, stream=..., capture_error_mode=...)``: capture everything issued inside.
+              capture_error_mode: str = GLOBAL, pool: str | None = None) -> Iterator[CapturedGraph]:
+        """``with torch.cuda.graph(g, pool=..., stream=..., capture_error_mode=...)``: capture everything issued inside.
 
-        Like PyTorch, it synchronises the device first and captures on a side
-        stream of its own unless ``stream`` is given; that stream is current for
-        the duration. ``inputs`` names the static input buffers that replays
-        must refresh (used by the checker's stale-input rule).
+        Like PyTorch, it synchronises the device first and captures on its side
+        stream unless ``stream`` is given: one stream (``capture``) for every
+        graph, as ``torch.cuda.graph.default_capture_stream`` is. That stream is
+        current for the duration. ``inputs`` names the static input buffers that
+        replays must refresh (used by the checker's stale-input rule).
         ``capture_error_mode`` says which calls are forbidden meanwhile on
-        streams outside the capture (``simlib.graph.CAPTURE_MODES``).
+        streams outside the capture (``simlib.graph.CAPTURE_MODES``). ``pool``
+        (``other.pool()``) captures into another graph's memory pool instead of
+        a private one, as serving engines do for one graph per batch size.
+
+        When a capture error (``Unsupported``, ``Isolation``, ...) leaves the
+        block, ending the capture raises ``StreamCaptureInvalidated`` over it,
+        as ``capture_end`` in ``torch.cuda.graph.__exit__`` does: the first
+        error is its ``__context__`` (``simlib.errors.first_error``). Any other
+        exception ends the capture and goes on.
         """
         if capture_error_mode not in CAPTURE_MODES:
             raise ValueError(f"capture_error_mode={capture_error_mode!r} is not a valid choice; use "
@@ -90,55 +109,68 @@ class CaptureCalls:
         if self._capture is not None:
             raise ValueError("simlib models one capture at a time; end the capture of "
                              f"{self._capture.graph.label!r} before starting another")
+        if pool is not None and pool not in {g.pool() for g in self.graphs}:
+            raise ValueError(f"pool={pool!r} is not the pool of a captured graph; pass other.pool() of a "
+                             f"graph captured before (pools now: {sorted({g.pool() for g in self.graphs})})")
         self.synchronize()
         if stream is None:
-            name = f"capture{len(self.graphs)}"
-            stream = self.streams.get(name) or self.Stream(name)
-        g = self._begin_capture(stream, label, capture_error_mode)
+            stream = self.streams.get(CAPTURE_STREAM) or self.Stream(CAPTURE_STREAM)
+        g = self._begin_capture(stream, label, capture_error_mode, pool)
         previous, self.current_stream = self.current_stream, stream
         try:
             yield g
         except BaseException:
             self.current_stream = previous
-            self._end_capture(g, inputs, failing=True)
+            invalidated = self._end_capture(g, inputs, failing=True)
+            if invalidated is not None:
+                raise invalidated       # over the first error, which stays its __context__
             raise
         self.current_stream = previous
         self._end_capture(g, inputs, failing=False)
 
-    def _begin_capture(self, stream: Stream, label: str, mode: str = GLOBAL) -> CapturedGraph:
+    def _begin_capture(self, stream: Stream, label: str, mode: str = GLOBAL,
+                       pool: str | None = None) -> CapturedGraph:
         step = self._host(self.profile.host_op_us)
         if stream.legacy:
             raise StreamCaptureUnsupported(
                 "CUDA graphs must be captured on a non-default stream (PyTorch refuses the "
                 "legacy default stream, which synchronises implicitly). Capture on rt.Stream(...) "
                 "or let rt.graph() create a side stream.")
-        g = CapturedGraph(self, len(self.graphs), label, stream.name)
+        g = CapturedGraph(self, len(self.graphs), label, stream.name, pool)
         self.graphs.append(g)
         self._capture = Capture(g, stream, {stream.name: ()}, mode=mode)
-        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name))
+        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name, pool=pool or ""))
         return g
 
-    def _end_capture(self, g: CapturedGraph, inputs: Sequence[TensorHandle], *, failing: bool) -> None:
+    def _end_capture(self, g: CapturedGraph, inputs: Sequence[TensorHandle], *,
+                     failing: bool) -> StreamCaptureInvalidated | None:
+        """End the capture; raise what ending it raises. ``failing``: the captured code raised,
+        and the error ending it raises over that one is returned for the caller to raise."""
         cap = self._capture
         assert cap is not None and cap.graph is g
         step = self._host(self.profile.host_op_us)
-        error = cap.error
-        if error is None and not failing:
+        first = cap.error
+        error: CaptureError | None = None
+        if first is not None:
+            error = StreamCaptureInvalidated(
+                f"operation failed due to a previous error during capture: ending the capture of "
+                f"{g.label!r} (capture_end, in torch.cuda.graph's __exit__) raised this over the "
+                f"first error, its cause, which Python shows above it. Fix that one: {first}")
+        elif not failing:
             unjoined = cap.unjoined()
             if unjoined:
                 error = StreamCaptureUnjoined(
                     f"capture of {g.label!r} ended on {cap.origin.name!r} while stream(s) "
                     f"{unjoined} still had captured work the origin stream never waited for. "
                     f"Join them back first: {cap.origin.name}.wait_stream({unjoined[0]}).")
-        elif error is not None:
-            error = StreamCaptureInvalidated(
-                f"capture of {g.label!r} ended after it was invalidated by {error.code}")
         self._capture = None
         self._release_held(cap)
         g.inputs = tuple(inputs)
         g.ok = error is None and not failing
+        recorded = first or error      # what the recorder keeps too: the first error of the capture
         self.trace.records.append(CaptureRecord(
             step, self.now, "end", g.id, cap.origin.name, tuple(t.ptr for t in inputs),
-            error.code if error else ("aborted" if failing else None)))
+            recorded.code if recorded else ("aborted" if failing else None), pool=g.pool_shared or ""))
         if error is not None and not failing:
             raise error
+        return error if isinstance(error, StreamCaptureInvalidated) else None

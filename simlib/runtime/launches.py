@@ -7,7 +7,9 @@ replay.
 
 from __future__ import annotations
 
-from typing import Sequence
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
 
 from ..device import KernelFn
 from ..errors import ShapeMismatch, StorageNotAllocated, StreamCaptureUnsupported
@@ -15,9 +17,10 @@ from ..stream import NEVER, Stream
 from ..tensor import RawArg, TensorHandle
 from ..timing import place
 from ..trace import Arg, DeviceSpan, HostSync, Launch, SkippedLaunch
-from ..values import Call, Expr, Sum, Sym, terms
+from ..values import Call, Const, Expr, Sum, Sym, terms
 
 ArgLike = TensorHandle | RawArg
+Scalar = Expr | str | int | float
 
 
 class KernelCalls:
@@ -33,21 +36,28 @@ class KernelCalls:
 
     def launch(self, kernel: str, *, reads: Sequence[ArgLike] = (), writes: Sequence[ArgLike] = (),
                fn: KernelFn | None = None, role: str = "other", label: str | None = None,
-               duration_us: float | None = None, pdl: bool = False) -> Launch | None:
+               duration_us: float | None = None, pdl: bool = False,
+               scalars: Mapping[str, Scalar] | None = None) -> Launch | None:
         """Launch ``kernel`` on the current stream; returns its record, or None if skipped.
 
         The host reads every argument's pointer, size and shape *now* and freezes
-        them. ``fn`` maps the values read to the values written (one per entry of
-        ``writes``); by default each output is ``kernel(inputs...)``. Like PyTorch,
-        an op whose outputs all have zero elements launches nothing, but a raw
-        pointer argument (``raw(t, n)``) always launches.
+        them, and so it does with ``scalars``, the non-tensor arguments (a Python
+        float, a host int that sizes the kernel): a graph replays the values
+        they had at capture. ``fn`` maps the values read to the values written
+        (one per entry of ``writes``); by default each output is
+        ``kernel(inputs..., scalars...)``, a string scalar being a symbol
+        (``"scale@3"``). Like PyTorch, an op whose outputs all have zero
+        elements launches nothing, but a raw pointer argument (``raw(t, n)``)
+        always launches.
         """
         s = self.current_stream
         step = self._host(self.profile.launch_host_us)
         cap = self._check_capture_ok(s, "launching", kernel)
         label = label or kernel
+        frozen = tuple((name, _scalar_text(v)) for name, v in scalars.items()) if scalars else ()
         if fn is None:
-            fn = _default_fn(kernel, len(writes))
+            fn = _default_fn(kernel, len(writes), tuple(_scalar_value(v) for v in scalars.values()) if scalars else ())
+        site = _user_site() if self._calls else ""
         try:
             args = [_snapshot(a, _IN[i], "r") for i, a in enumerate(reads)]
             args += [_snapshot(a, _OUT[i], "w") for i, a in enumerate(writes)]
@@ -65,13 +75,13 @@ class KernelCalls:
         lid = self._next_id("launch")
         if cap is not None:
             record = Launch(step, self.now, lid, kernel, label, role, s.name, args,
-                            cap.graph.id, cap.frontier[s.name], pdl)
+                            cap.graph.id, cap.frontier[s.name], pdl, frozen, site)
             cap.frontier[s.name] = (lid,)
             cap.graph.nodes.append(record)
             self._kernels[lid] = (fn, duration)
             self.trace.records.append(record)
             return record
-        record = Launch(step, self.now, lid, kernel, label, role, s.name, args, None, (), pdl)
+        record = Launch(step, self.now, lid, kernel, label, role, s.name, args, None, (), pdl, frozen, site)
         self.trace.records.append(record)
         self._run_eager(record, s, fn, duration)
         return record
@@ -92,11 +102,11 @@ class KernelCalls:
 
     def op(self, kernel: str, *inputs: TensorHandle, out_shape: Sequence[int], role: str = "other",
            label: str | None = None, fn: KernelFn | None = None, duration_us: float | None = None,
-           pdl: bool = False) -> TensorHandle:
+           pdl: bool = False, scalars: Mapping[str, Scalar] | None = None) -> TensorHandle:
         """An out-of-place op: allocate the output on the current stream, then launch."""
         out = self.empty(out_shape, label or kernel)
         self.launch(kernel, reads=inputs, writes=[out], fn=fn, role=role, label=label,
-                    duration_us=duration_us, pdl=pdl)
+                    duration_us=duration_us, pdl=pdl, scalars=scalars)
         return out
 
     def linear(self, name: str, x: TensorHandle, in_features: int, out_features: int, *,
@@ -184,12 +194,41 @@ _IN = [f"in{i}" for i in range(64)]
 _OUT = [f"out{i}" for i in range(64)]
 
 
-def _default_fn(kernel: str, outputs: int) -> KernelFn:
-    """Each output is ``kernel(inputs...)``."""
+def _default_fn(kernel: str, outputs: int, scalars: tuple[Expr, ...] = ()) -> KernelFn:
+    """Each output is ``kernel(inputs..., scalars...)``."""
     def fn(*vals: Expr) -> tuple[Expr, ...]:
-        value = Call(kernel, vals)
+        value = Call(kernel, vals + scalars)
         return (value,) * outputs
     return fn
+
+
+def _scalar_value(v: Scalar) -> Expr:
+    """A scalar as the value a kernel computes with: a symbol for a string, else itself or a constant."""
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, str):
+        return Sym(v)
+    return Const(v)
+
+
+def _scalar_text(v: Scalar) -> str:
+    """A scalar as the trace keeps it (``Launch.scalars``): what the host froze, as text."""
+    if isinstance(v, bool) or not isinstance(v, str | int | float | Expr):
+        raise TypeError(f"a scalar argument must be a str (a symbol), an int, a float or an Expr, "
+                        f"got {type(v).__name__} {v!r}")
+    return v if isinstance(v, str) else str(v) if isinstance(v, Expr) else repr(v)
+
+
+_ENGINE = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "tensor.py"),
+           str(Path(__file__).resolve().parent.parent / "harness.py"))
+
+
+def _user_site() -> str:
+    """``file:line`` of the innermost frame outside the engine: where the program issued the launch."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_ENGINE):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
 
 
 def _snapshot(a: ArgLike, name: str, access: str) -> Arg:

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..errors import StreamCaptureUnsupported
 from ..graph import Capture
-from ..memory import DEFAULT_POOL, Storage, graph_pool
+from ..memory import DEFAULT_POOL, Storage
 from ..stream import Stream
 from ..tensor import TensorHandle
 from ..trace import Alloc, Free, Mutation, View
@@ -29,7 +29,7 @@ class TensorCalls:
 
     def _pool_for(self, s: Stream) -> str:
         cap = self._capturing(s)
-        return graph_pool(cap.graph.id) if cap is not None else DEFAULT_POOL
+        return cap.graph.pool() if cap is not None else DEFAULT_POOL
 
     def empty(self, shape: Sequence[int], label: str | None = None, *, itemsize: int = 2) -> TensorHandle:
         """``torch.empty``: a new storage on the current stream (no kernel runs)."""
@@ -65,12 +65,18 @@ class TensorCalls:
         return t
 
     def from_host(self, shape: Sequence[int], label: str | None = None, *, value: Expr | str,
-                  itemsize: int = 2) -> TensorHandle:
-        """A tensor filled from host data (``torch.tensor(data, device="cuda")``).
+                  itemsize: int = 2, pinned: bool = False) -> TensorHandle:
+        """A new device tensor filled from host data.
 
-        A copy from pageable host memory synchronises, so it is refused during capture.
+        ``pinned=False`` is ``torch.tensor(data, device="cuda")``: a copy from
+        pageable host memory synchronises, so it is refused during capture.
+        ``pinned=True`` is ``torch.tensor(data).pin_memory().to("cuda",
+        non_blocking=True)``: an asynchronous host-to-device copy (role ``h2d``),
+        legal under capture, where it becomes a node that copies from the
+        capture's host buffer on every replay: replays get ``value`` as it was
+        at capture, whatever the host computes now.
         """
-        if self._capture is not None:
+        if self._capture is not None and not pinned:
             self._host(self.profile.host_op_us)
             if self._capturing(self.current_stream) is not None:
                 self._fail(StreamCaptureUnsupported(
@@ -79,8 +85,25 @@ class TensorCalls:
             self._refuse_unsafe(f"a synchronous host-to-device copy into {label!r}")
         t = self.empty(shape, label, itemsize=itemsize)
         v = Sym(value) if isinstance(value, str) else value
-        self.launch("copy_h2d", writes=[t], fn=lambda: v, role="copy", label=f"upload {t.label}")
+        self.launch("copy_h2d", writes=[t], fn=lambda: v, role="h2d" if pinned else "copy",
+                    label=f"upload {t.label}")
         return t
+
+    def weak_ref(self, t: TensorHandle, label: str | None = None) -> TensorHandle:
+        """A handle on ``t``'s storage that holds no reference (vLLM's ``weak_ref_tensors``).
+
+        Serving engines keep a graph's output this way so that the block counts
+        as free in the pool: the next capture into that pool may take it. The
+        handle still reads the address, whatever lives there by then.
+        """
+        step = self._host(self.profile.host_op_us)
+        tid = self._next_id("tensor")
+        w = TensorHandle(self, tid, label or f"{t.label}.weak", t.storage, t.shape, t.offset, t.itemsize)
+        self._weak.add(tid)
+        cap = self._capture
+        self.trace.records.append(View(step, self.now, tid, w.label, t.id, w.ptr, w.numel, w.shape,
+                                       cap.graph.id if cap else None))
+        return w
 
     def view(self, t: TensorHandle, shape: tuple[int, ...], *, offset: int = 0,
              label: str | None = None) -> TensorHandle:
@@ -200,6 +223,8 @@ class TensorCalls:
         storage = t.storage
         t.storage = Storage(-1, f"{t.label}.released", 0, 0, storage.stream, DEFAULT_POOL)
         t.shape = (0,)
+        if t.id in self._weak:
+            return              # a weak handle holds no reference to drop
         self._drop(storage, step)
 
     def _drop(self, storage: Storage, step: int) -> None:

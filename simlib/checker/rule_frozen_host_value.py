@@ -1,0 +1,65 @@
+"""Rule 8, ``frozen_host_value``: the graph froze one value of a host scalar that changes per call."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..trace import Launch
+from .calls import CAPTURE, CallRecord, LaunchKey, earlier_eager_calls, read_shapes
+from .findings import ERROR, Finding, plural
+from .index import Index
+
+
+def frozen_host_values(calls: list[CallRecord], index: Index) -> Iterator[Finding]:
+    """Captured launches whose scalar took two or more values over the calls before (and of) the capture.
+
+    Only calls in which the launch read tensors of the same shapes are compared:
+    a call of another shape belongs to another graph (one per batch size), whose
+    scalars may differ by design.
+    """
+    for capture in (c for c in calls if c.phase == CAPTURE):
+        earlier = [c.keyed() for c in earlier_eager_calls(calls, capture)]
+        if not earlier:
+            continue
+        found: dict[tuple[int, str, str, str], list[tuple[Launch, list[str]]]] = {}
+        for key, node in capture.keyed().items():
+            if node.graph is None or not node.scalars or index.graph(node.graph).failed:
+                continue
+            for name, value in node.scalars:
+                seen = _values_seen(key, node, name, earlier)
+                if seen and len(set(seen + [value])) >= 2:
+                    found.setdefault((node.graph, node.site, node.kernel, name), []).append((node, seen))
+        for (gid, site, _, name), hits in found.items():
+            yield _finding(gid, site, name, hits, capture)
+
+
+def _values_seen(key: LaunchKey, node: Launch, name: str, earlier: list[dict[LaunchKey, Launch]]) -> list[str]:
+    """The values ``name`` had at this launch in the earlier calls that read the same shapes."""
+    shapes = read_shapes(node)
+    seen = []
+    for keyed in earlier:
+        launch = keyed.get(key)
+        if launch is not None and read_shapes(launch) == shapes:
+            value = dict(launch.scalars).get(name)
+            if value is not None:
+                seen.append(value)
+    return seen
+
+
+def _finding(gid: int, site: str, name: str, hits: list[tuple[Launch, list[str]]], capture: CallRecord) -> Finding:
+    node, seen = hits[0]
+    frozen = dict(node.scalars)[name]
+    where = f" (issued at {site})" if site else ""
+    n = len(hits) - 1
+    more = f" The same holds for {n} more launch{'es' if n > 1 else ''} of that call site." if n else ""
+    earlier = ", ".join(dict.fromkeys(seen))
+    return Finding(
+        8, "frozen_host_value", ERROR, node.step, f"{node.label}: {name}", (),
+        f"{node.label!r} on {node.stream} at step {node.step}{where} was captured into graph {gid} "
+        f"with the host value {name}={frozen}, but the same launch got {name}={earlier} in the "
+        f"{plural(len(seen), 'earlier call')} before the capture's call (call {capture.index}): "
+        f"the value changes from call to call, and the graph froze the one it had at capture. "
+        f"Every replay uses {name}={frozen}, whatever the host holds now.{more}",
+        f"Pass {name} to the kernel as a device tensor the graph reads (a static buffer you "
+        f"fill_ or copy_ before each replay, like an input), or capture one graph per value of "
+        f"{name} and replay the one that matches.")
