@@ -19,9 +19,11 @@ it as ``check_capture`` compares its warm-up calls.
 
 ``check_process()`` does the same for every capture until the process ends
 (``CAPTURE_ORDER_CHECK=1``; ``gpu_demo.autocheck`` starts it), with a last
-check at exit. It keeps the records of every capture and replay, and of the
-eager work only the newest ``EAGER_WINDOW`` records, so the trace stays
-bounded in a long run. Recording eager work costs what ``capture_checked``
+check at exit. It keeps the records of every capture and replay; of the
+eager work, what came after the last capture began (a server warms each
+batch size up right before capturing it), and never more than
+``EAGER_WINDOW`` records, so the trace and each check stay bounded in a
+long run. Recording eager work costs what ``capture_checked``
 costs per op (``benchmarks``: the start-up that captures 8 batch sizes).
 ``torch.cuda.make_graphed_callables`` captures through ``torch.cuda.graph``
 with a shared pool, so both forms check it unchanged. One capture at a time.
@@ -111,6 +113,9 @@ class CaptureChecker:
         failed = f"capture failed: {end.error}\n" if end.error else ""
         self._check(graph, with_calls(records, graph), f"capture of graph {graph}", failed, end.error,
                     always=True)
+        if self.window is not None:   # the next capture's eager calls come after this one
+            begin = next(i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph)
+            self._trim(begin)
 
     def check_replay(self, graph: int) -> None:
         """At a replay of ``graph``, when since the last check a block a graph uses was freed or
@@ -134,7 +139,8 @@ class CaptureChecker:
         found = [f for f in check(trace) if _key(f) not in self._reported]
         self._reported.update(_key(f) for f in found)
         self._checked_upto = len(self.recorder.trace.records)
-        self._trim()
+        if self.window is not None and len(self.recorder.trace.records) > self.window:
+            self._trim(len(self.recorder.trace.records) - self.window // 2)
         if not found and not always:
             return
         text = f"{what} (capture-order check):\n{failed}{format_report(found)}"
@@ -164,13 +170,10 @@ class CaptureChecker:
         i = bisect.bisect_left(ranges, (ptr + max(nbytes, 1),)) - 1
         return i >= 0 and ranges[i][1] > ptr
 
-    def _trim(self) -> None:
-        """Whole-process checking: drop the oldest eager records beyond ``window``; every
-        capture's and replay's records stay (the rules at later replays need them)."""
+    def _trim(self, cut: int) -> None:
+        """Whole-process checking: drop the eager records before index ``cut``; every capture's
+        and replay's records stay (the rules at later replays need them)."""
         records = self.recorder.trace.records
-        if self.window is None or len(records) <= self.window:
-            return
-        cut = len(records) - self.window // 2
         kept = [r for r in records[:cut] if type(r) in (Capture, Replay) or getattr(r, "graph", None) is not None]
         self.recorder.trace.records = kept + records[cut:]
         self._checked_upto = len(self.recorder.trace.records)

@@ -84,8 +84,9 @@ def record_capture(
                         _call(recorder, RECORDED_WARMUPS, "capture", fn, inputs)
         except Exception as exc:  # a capture that fails is a result, not a crash
             return _failed(recorder.trace, exc)
+        generator = torch.Generator().manual_seed(0)
         for index in range(replays):
-            _refresh(inputs, warm_values, refresh)
+            _refresh(inputs, warm_values, refresh, generator)
             if not on_gpu:
                 recorder.replay(graph_id, index)
                 continue
@@ -109,8 +110,10 @@ def _failed(trace: Trace, exc: BaseException) -> Trace:
     return trace
 
 
-def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str) -> None:
+def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str,
+             generator: torch.Generator) -> None:
+    """Fresh values are ``capture_replay.fresh_like``'s: integer inputs (indices) stay in their range."""
     if how == "stale":
         return
     for t, warm in zip(inputs, warm_values):
-        t.copy_(warm if how == "same_as_eager" else torch.randn_like(t))
+        t.copy_(warm if how == "same_as_eager" else capture_replay.fresh_like(t, generator, t.device))

@@ -23,7 +23,7 @@ import torch
 from gpu_demo import corpus
 from gpu_demo.cli import check as check_commands
 from gpu_demo.cli.main import main
-from gpu_demo.corpus import runner
+from gpu_demo.corpus import anchors, runner
 from gpu_demo.measure.overhead import compare
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -309,6 +309,60 @@ def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
     if result.get("process") is not None:
         assert result["process"]["findings"] == [], result["process"]["rules"]
     assert result["truth"]["outcome"] == "correct"
+
+
+# -- both modes on a GPU, program by program -------------------------------------------------------
+
+NEW_FUNCTIONS = [n for pair in FAMILY for n in pair if not corpus.is_script(n)] + [
+    "safe_event_fork_join", "safe_three_stream_fanout"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NEW_FUNCTIONS)
+def test_check_capture_flags_each_hazardous_function_by_a_rule_and_nothing_in_a_safe_one(name):
+    from gpu_demo.guard.check import check_capture
+
+    report = check_capture(corpus.target(name), replays=2)
+    if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
+        assert report.rules, report.format()
+    else:
+        assert report.findings == [] and report.passed, report.format()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_the_whole_process_check_flags_each_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
+    from gpu_demo.protocol.child import run_in_child
+
+    result = run_in_child("gpu_demo.corpus.runner:process_in_child",
+                          {"name": name, "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
+    assert "child_error" not in result, result["child_error"]
+    if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
+        assert result["rules"], result
+    else:
+        assert result["findings"] == [], result["rules"]
+
+
+# -- the anchors' verdicts ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tool, code, output, said", [
+    ("cuda_sanitizer", 1, "x\n" + anchors._CSAN + "\nmore\n" + anchors._CSAN, "reported: 2 data race(s)"),
+    ("cuda_sanitizer", 0, "all fine", "clean"),
+    ("cuda_sanitizer", 1, "Traceback\nRuntimeError: boom", "crashed: RuntimeError: boom"),
+    ("compute_sanitizer", 9, "========= Invalid __global__ read of size 2\n========= ERROR SUMMARY: 3 errors",
+     "reported: 3 error(s)"),
+    ("compute_sanitizer", 0, "========= ERROR SUMMARY: 0 errors", "clean"),
+])
+def test_an_anchors_verdict_is_read_off_its_output_and_exit_status(tool, code, output, said):
+    assert anchors.verdict(tool, code, output)["verdict"] == said
+
+
+def test_an_anchor_tool_that_is_not_installed_is_not_available(monkeypatch):
+    monkeypatch.setattr(anchors.shutil, "which", lambda name: None)
+    assert anchors.run_tool("compute_sanitizer", "safe_dual_stream", dtype="bfloat16", replays=1,
+                            timeout=1)["verdict"] == "not available"
+    with pytest.raises(ValueError, match="cuda_sanitizer, compute_sanitizer"):
+        anchors.run_tool("valgrind", "safe_dual_stream", dtype="bfloat16", replays=1, timeout=1)
 
 
 # -- the recorder-overhead comparison ------------------------------------------------------------
