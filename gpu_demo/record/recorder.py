@@ -45,7 +45,7 @@ import time
 import weakref
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -475,6 +475,8 @@ class CaptureRecorder(QuickDispatchMode):
             given = [(name, tensor, access.of(name) if access else "rw")
                      for name, value in args if (tensor := tensor_behind(value)) is not None]
             frozen = [self._arg(*each) for each in given]
+            if access is not None and access.extents:
+                frozen = _bounded(frozen, given, access.extents, dict(args))
             self._watch(given, frozen)
             scalars = tuple((name, text) for name, value in args if (text := frozen_scalar(value)) is not None)
             self._launch(f"triton:{kernel}", kernel, tuple(frozen), skips_empty=False, scalars=scalars)
@@ -821,3 +823,14 @@ class CaptureRecorder(QuickDispatchMode):
 def _pool_key(pool: object) -> Any:
     """A pool handle as a dict key (``CUDAGraph.pool()`` returns a tuple of two ints)."""
     return tuple(pool) if isinstance(pool, (list, tuple)) else pool
+
+
+def _bounded(frozen: list[Arg], given: list[tuple[str, torch.Tensor, str]], extents: dict[str, str],
+             values: dict[str, Any]) -> list[Arg]:
+    """A Triton launch's pointer arguments with the extent their kernel's mask bounds them to
+    (``triton_access``: ``n`` elements for ``mask=offs < n``) instead of the tensor's own size."""
+    out = []
+    for a, (name, t, _) in zip(frozen, given):
+        size = values.get(extents.get(name, ""))
+        out.append(replace(a, nbytes=size * t.element_size()) if type(size) is int and size >= 0 else a)
+    return out

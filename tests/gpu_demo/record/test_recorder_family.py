@@ -18,6 +18,8 @@ from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, stre
 
 from gpu_demo.record.capture import RECORDED_WARMUPS, record_capture  # noqa: E402
 from gpu_demo.record.op_plans import H2D, copy_role, frozen_scalar  # noqa: E402
+from gpu_demo.record.triton_access import access_of  # noqa: E402
+from simlib.checker import check  # noqa: E402
 from simlib.trace import Call, Launch, Mutation, SkippedLaunch, Trace  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
@@ -147,3 +149,41 @@ def test_recorded_changes_and_out_results_resized_to_fit_are_no_swaps(streams):
         x.add(1)
     assert swaps(recorder.trace) == []
     assert [m.op for m in recorder.trace.of(Mutation)] == ["set_", "resize_"]
+
+
+# -- how far a raw Triton kernel reaches ----------------------------------------------------------
+
+COPY_KERNEL = '''
+@triton.jit
+def copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src_ptr + offs, mask=offs < n)
+    tl.store(dst_ptr + offs, x, mask=offs < n)
+'''
+
+
+def test_a_size_argument_in_every_mask_bounds_the_kernels_reach_through_each_pointer():
+    access = access_of(COPY_KERNEL, ("src_ptr", "dst_ptr", "n", "BLOCK"))
+    assert access.extents == {"src_ptr": "n", "dst_ptr": "n"}
+    unbounded = COPY_KERNEL.replace("tl.store(dst_ptr + offs, x, mask=offs < n)", "tl.store(dst_ptr + offs, x)")
+    assert access_of(unbounded, ("src_ptr", "dst_ptr", "n", "BLOCK")).extents == {"src_ptr": "n"}
+    by_constexpr = COPY_KERNEL.replace("offs < n", "offs < BLOCK")
+    assert access_of(by_constexpr, ("src_ptr", "dst_ptr", "n", "BLOCK")).extents == {}
+
+
+@pytest.mark.parametrize("n, flagged", [(8, False), (24, True)])
+def test_a_kernel_told_to_reach_past_its_tensor_is_an_extent_past_the_storage(n, flagged, streams,
+                                                                              fake_graph_methods):
+    from gpu_demo.record.patches import record_triton_launch
+
+    src, dst = torch.randn(8), torch.zeros(32)
+    access = access_of(COPY_KERNEL, ("src_ptr", "dst_ptr", "n", "BLOCK"))
+    with recording(streams) as recorder:
+        with cuda_graph(FakeGraph(), streams):
+            record_triton_launch("copy_kernel", [("src_ptr", src), ("dst_ptr", dst), ("n", n), ("BLOCK", 16)],
+                                 access)
+    (launch,) = recorder.trace.of(Launch)
+    assert [a.nbytes for a in launch.args] == [4 * n, 4 * n]
+    found = {(f.code, f.label) for f in check(recorder.trace)}
+    assert (("extent_exceeds_storage", launch.args[0].label) in found) == flagged
+    assert not any(label == launch.args[1].label for _, label in found)   # dst holds 32 elements
