@@ -50,7 +50,8 @@ class OpPlan:
     (``dispatch_mode.op_caller``). ``op`` is the overload itself, held so that its
     ``id`` (the key in ``PLANS``) stays its own. ``names`` are every parameter's
     name in schema order (a non-tensor argument is frozen under it, ``scalars_of``);
-    ``copies``: the op copies data between tensors (``copy_role``).
+    ``copies``: the op copies data between tensors (``copy_role``); ``writes``: it
+    writes a tensor it is given.
     """
 
     op: Any
@@ -62,6 +63,7 @@ class OpPlan:
     pdl: bool
     names: tuple[str, ...] = ()
     copies: bool = False
+    writes: bool = False   # some tensor parameter is written (``out=`` or in place)
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -91,7 +93,8 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
     kernel = str(func)
     names = tuple(spec.name for spec in func._schema.arguments)
     plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
-                                      kernel in PDL_OPS, names, packet in _COPIES)
+                                      kernel in PDL_OPS, names, packet in _COPIES,
+                                      any(access != "r" for _, _, access in params))
     return plan
 
 

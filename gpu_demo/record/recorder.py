@@ -573,7 +573,8 @@ class CaptureRecorder(QuickDispatchMode):
             if plan.copies else None
         self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl,
                      scalars=scalars_of(plan.names, args, kwargs), role=role)
-        self._changed_inside(plan.opname, given, frozen)
+        if plan.writes:
+            self._changed_inside(plan.opname, given, frozen)
         return out
 
     # -- storage changed under a tensor object (``Mutation(op="storage_swap")``) ----------
@@ -585,9 +586,10 @@ class CaptureRecorder(QuickDispatchMode):
         for (_, t, _), a in zip(given, frozen):
             handle = handles[id(t)]
             seen = handle.seen
-            if seen is not None and (seen[0] != a.ptr or seen[1] != a.numel):
-                self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
-            handle.seen = (a.ptr, a.numel, a.shape)
+            if seen is None or seen[0] != a.ptr or seen[1] != a.numel:
+                if seen is not None:
+                    self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
+                handle.seen = (a.ptr, a.numel, a.shape)
 
     def _seen_as(self, tensors: Sequence[torch.Tensor], frozen: Sequence[Arg]) -> None:
         handles = self._handles
