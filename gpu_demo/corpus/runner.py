@@ -49,6 +49,7 @@ from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.cuda_errors import is_illegal_address, one_line
 from gpu_demo.protocol.tolerance import DTYPES, tolerance_for
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
+from simlib.trace import Capture
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
 NAMED_CAPTURE_ERROR = re.compile(r"^capture_error:(cudaError\w+|shape_mismatch)$")
@@ -113,8 +114,9 @@ def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, An
             problem = one_line(exc)
         checker.check_now("when the program ended")   # records only: a faulted context is not touched
     findings = [f for report in checker.reports for f in report.findings]
+    captures = sum(type(r) is Capture and r.op == "begin" for r in checker.recorder.trace.records)
     return {"rules": [f"rule {rule} ({code})" for rule, code in sorted({(f.rule, f.code) for f in findings})],
-            "findings": [f.to_dict() for f in findings], "problem": problem}
+            "findings": [f.to_dict() for f in findings], "problem": problem, "captures": captures}
 
 
 def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,
@@ -171,14 +173,15 @@ def judged(result: dict[str, Any]) -> bool:
 
 
 def judged_by_process(result: dict[str, Any]) -> bool | None:
-    """Did the whole-process check get it right? Hazardous: a rule fired. Safe: no finding, and
-    correct on the GPU. ``None``: the results hold no whole-process run."""
+    """Did the whole-process check get it right? Hazardous: a rule fired. Safe: it saw a capture,
+    found nothing, and the GPU says correct. ``None``: the results hold no whole-process run."""
     process = result.get("process")
     if process is None:
         return None
     if result["expected"] == corpus.HAZARDOUS:
         return bool(process["rules"])
-    return not process["findings"] and result["truth"].get("outcome") == CORRECT
+    saw = process.get("captures", 1) > 0
+    return saw and not process["findings"] and result["truth"].get("outcome") == CORRECT
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -212,7 +215,7 @@ def _process_said(result: dict[str, Any]) -> str:
     process = result.get("process")
     if process is None:
         return NOT_RUN
-    said = ", ".join(process["rules"]) or "clean"
+    said = ", ".join(process["rules"]) or ("clean" if process.get("captures", 1) else "no capture seen")
     return f"{said} (stopped: {process['problem']})" if process.get("problem") else said
 
 

@@ -5,6 +5,12 @@ trees warm the compiled layer up, capture it and replay it, managing their
 own pool and static inputs; the script only calls the compiled function, as
 a user of ``reduce-overhead`` does.
 
+The recorder steps aside while Dynamo compiles (``ignore_compile_internals``)
+and records the compiled code as it runs, so the graph trees' own captures are
+what the whole-process check checks. Inductor's generated Triton kernels are
+launched by its own launcher, not ``JITFunction.run``, so they are not
+recorded: the check sees the captures' aten ops.
+
 Safe: every step matches eager; the checker must find nothing in the captures
 the graph trees make.
 """

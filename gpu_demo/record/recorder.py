@@ -207,6 +207,14 @@ class CaptureRecorder(QuickDispatchMode):
         self._context = ExitStack()
         self._route_allocations()
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Off while ``torch.compile`` compiles, on while what it compiled runs: so Dynamo
+        compiles under the recorder (it skips compiling under any other mode) and its
+        fake tensors never reach it, while the compiled code's ops and CUDA-graph
+        captures are recorded as they run."""
+        return True
+
     def __enter__(self) -> "CaptureRecorder":
         if self.eager:
             super().__enter__()
@@ -485,7 +493,7 @@ class CaptureRecorder(QuickDispatchMode):
     def resizing(self, storage: torch.UntypedStorage) -> Iterator[None]:
         """``storage.resize_``: a ``Mutation`` of each tensor seen on it, and a ``Free``
         of its block if the resize let the block go."""
-        if self._busy or not self._recording():
+        if self._busy or not self._recording() or not _has_memory(storage):
             yield
             return
         with self._quiet():
@@ -836,3 +844,12 @@ def _bounded(frozen: list[Arg], given: list[tuple[str, torch.Tensor, str]], exte
         size = values.get(extents.get(name, ""))
         out.append(replace(a, nbytes=size * t.element_size()) if type(size) is int and size >= 0 else a)
     return out
+
+
+def _has_memory(storage: torch.UntypedStorage) -> bool:
+    """False for a tracing tensor's storage (``torch.compile``'s fake ones), which has no pointer."""
+    try:
+        storage.data_ptr()
+    except RuntimeError:
+        return False
+    return True

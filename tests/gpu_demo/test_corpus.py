@@ -234,6 +234,8 @@ def test_a_script_is_judged_by_the_whole_process_check_alone():
     assert not runner.judged(fake_result("s", "hazardous", "silent_wrong", None, fake_process()))
     assert runner.judged(fake_result("s", "safe", "correct", None, fake_process()))
     assert not runner.judged(fake_result("s", "safe", "correct", None, fake_process(["rule 10 (freed_under_graph)"])))
+    unseen = fake_result("s", "safe", "correct", None, {**fake_process(), "captures": 0})
+    assert not runner.judged(unseen) and runner.table_rows([unseen])[0][5] == "no capture seen"
     assert runner.judged_by_process(fake_result("a", "safe", "correct", fake_guard("correct"))) is None
     (row,) = runner.table_rows([hazard])
     assert row[3:6] == [runner.NOT_APPLICABLE, runner.NOT_APPLICABLE, "rule 11 (graphs_clobber)"] and row[-1] == "yes"
@@ -342,6 +344,7 @@ def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing
     result = run_in_child("gpu_demo.corpus.runner:process_in_child",
                           {"name": name, "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
     assert "child_error" not in result, result["child_error"]
+    assert result["captures"] >= 1, result    # the check saw the program capture (reduce-overhead too)
     if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
         assert result["rules"], result
     else:

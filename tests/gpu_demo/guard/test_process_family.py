@@ -149,6 +149,25 @@ def test_the_whole_process_window_keeps_every_capture_and_replay_and_only_the_ne
     assert checker.reports and not rules(checker)
 
 
+def test_torch_compile_compiles_under_the_check_and_the_compiled_codes_ops_are_recorded():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2 + 1
+
+    compiled = torch.compile(layer, backend="aot_eager")   # reduce-overhead's front end, without a GPU
+    x = torch.randn(4)
+    with capture_checked() as checked:
+        first, second = compiled(x), compiled(x)
+    assert counters["frames"]["ok"] == 1                    # compiled, not skipped for the recorder
+    assert torch.equal(first, layer(x)) and torch.equal(second, layer(x))
+    kernels = [r.kernel.split(".")[1] for r in checked.trace.records if type(r) is Launch]
+    assert kernels == ["sin", "mul", "add"] * 2
+
+
 # -- on a GPU ---------------------------------------------------------------------------------------
 
 class Drifting(torch.nn.Module):
