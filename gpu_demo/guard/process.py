@@ -56,7 +56,8 @@ class CaptureHazardWarning(UserWarning):
 
 @dataclass(frozen=True)
 class CaptureReport:
-    """What the checker found in one capture (``findings``: ``simlib.checker.Finding``)."""
+    """What one check found (``findings``: ``simlib.checker.Finding``, each reported once): at a
+    capture's end or a replay of ``graph``, or (``graph == -1``) when the block or process ended."""
 
     graph: int
     findings: tuple[Any, ...]

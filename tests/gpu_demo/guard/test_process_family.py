@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, runtime, streams  # noqa: E402
+from gpu_fakes import CAPTURE, FakeGraph, cuda_graph, fake_graph_methods, recording, runtime, streams  # noqa: E402
 
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
@@ -84,6 +84,19 @@ def test_a_host_value_changing_between_the_programs_eager_calls_is_caught_at_the
             with cuda_graph(FakeGraph(), streams):
                 layer(x)
     assert rules(checked) == {"frozen_host_value"}
+
+
+def test_the_warning_at_a_capture_end_points_at_the_users_line_that_ended_it(streams, fake_graph_methods):
+    layer, x, graph = Scaled(), torch.randn(8), FakeGraph()
+    with capture_checked(on_hazard="warn", device=streams.device()):
+        for _ in range(2):
+            layer(x)
+        with streams.on(CAPTURE):
+            torch.cuda.CUDAGraph.capture_begin(graph)
+            layer(x)
+            with pytest.warns(CaptureHazardWarning, match="frozen_host_value") as warned:
+                torch.cuda.CUDAGraph.capture_end(graph)
+    assert warned[0].filename == __file__
 
 
 def test_a_host_value_constant_across_calls_is_no_finding(streams, fake_graph_methods):
