@@ -51,7 +51,8 @@ class OpPlan:
     ``id`` (the key in ``PLANS``) stays its own. ``names`` are every parameter's
     name in schema order (a non-tensor argument is frozen under it, ``scalars_of``);
     ``copies``: the op copies data between tensors (``copy_role``); ``writes``: it
-    writes a tensor it is given.
+    writes a tensor it is given; ``outs``: the parameters it writes its results into,
+    which it may resize to fit.
     """
 
     op: Any
@@ -64,6 +65,7 @@ class OpPlan:
     names: tuple[str, ...] = ()
     copies: bool = False
     writes: bool = False   # some tensor parameter is written (``out=`` or in place)
+    outs: frozenset[str] = frozenset()   # its ``out=`` parameters (``out``, ``values``, ``indices``, ...)
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -94,7 +96,8 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
     names = tuple(spec.name for spec in func._schema.arguments)
     plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
                                       kernel in PDL_OPS, names, packet in _COPIES,
-                                      any(access != "r" for _, _, access in params))
+                                      any(access != "r" for _, _, access in params),
+                                      frozenset(spec.name for spec in func._schema.arguments if spec.is_out))
     return plan
 
 

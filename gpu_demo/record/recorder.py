@@ -582,7 +582,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl,
                      scalars=scalars_of(plan.names, args, kwargs), role=role)
         if plan.writes:
-            self._changed_inside(plan.opname, given, frozen)
+            self._changed_inside(plan, given, frozen)
         return out
 
     # -- storage changed under a tensor object (``Mutation(op="storage_swap")``) ----------
@@ -604,18 +604,19 @@ class CaptureRecorder(QuickDispatchMode):
         for t, a in zip(tensors, frozen):
             handles[id(t)].seen = (a.ptr, a.numel, a.shape)
 
-    def _changed_inside(self, opname: str, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
+    def _changed_inside(self, plan: OpPlan, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
         """A tensor the op writes whose storage the op itself changed: an ``out=`` result
         resized to fit is the op's documented effect; any other change (a ``set_`` inside a
         custom op, which the dispatcher shows as one op) is a ``storage_swap``."""
         for (name, t, access), a in zip(given, frozen):
             if access == "r" or (t.data_ptr() == a.ptr and _numel(t) == a.numel):
                 continue
-            if name == "out":
+            if name.split("[", 1)[0] in plan.outs:
                 self._handles[id(t)].seen = (t.data_ptr(), _numel(t), tuple(_shape(t)))
             else:
                 self._mutated_now(STORAGE_SWAP, t, (a.ptr, a.numel, a.shape),
-                                  why=f"{opname} changed its storage inside the op (the dispatcher shows it as one op)")
+                                  why=f"{plan.opname} changed its storage inside the op (the dispatcher shows it "
+                                      "as one op)")
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
                 stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = (),

@@ -145,6 +145,9 @@ def test_recorded_changes_and_out_results_resized_to_fit_are_no_swaps(streams):
         x.add(1)
         torch.add(x, 1, out=out)      # out= resizes its result: the op's documented effect
         out.mul(2)
+        values, indices = torch.empty(0), torch.empty(0, dtype=torch.long)
+        torch.topk(x, 2, out=(values, indices))   # named out= results, resized too
+        values.add(1), indices.add(1)
         x.resize_(3)
         x.add(1)
     assert swaps(recorder.trace) == []
