@@ -362,6 +362,7 @@ class CaptureRecorder(QuickDispatchMode):
         if not self.eager:   # what tensors went through since the last capture was not watched
             for handle in self._handles.values():
                 handle.seen = None
+        self._host_reads.arm(self._host_read)   # a shape read may find a storage changed under it
         self._route_allocations()
         self._enter_dispatch()
         return graph
@@ -516,10 +517,19 @@ class CaptureRecorder(QuickDispatchMode):
     # -- what the host reads (gpu_demo.record.host_reads) --------------------------------
 
     def _host_read(self, op: str, t: torch.Tensor) -> None:
+        """A read of ``t``'s metadata in a capture: a ``storage_swap`` first if its storage
+        changed since its last use (``x.data = ...`` before ``if x.shape[0] == 0``), then a
+        ``HostRead`` if it was mutated in this capture."""
         if self.graph is None or self._busy:
             return
         handle = self._known(t)
-        if handle is None or handle.id not in self._mutated:
+        if handle is None:
+            return
+        seen = handle.seen
+        if seen is not None and (seen[0] != t.data_ptr() or seen[1] != _numel(t)):
+            with self._quiet():
+                self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
+        if handle.id not in self._mutated:
             return
         with self._quiet():
             self._emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(_shape(t)),

@@ -20,7 +20,7 @@ from gpu_demo.record.capture import RECORDED_WARMUPS, record_capture  # noqa: E4
 from gpu_demo.record.op_plans import H2D, copy_role, frozen_scalar  # noqa: E402
 from gpu_demo.record.triton_access import access_of  # noqa: E402
 from simlib.checker import check  # noqa: E402
-from simlib.trace import Call, Launch, Mutation, SkippedLaunch, Trace  # noqa: E402
+from simlib.trace import Call, HostRead, Launch, Mutation, SkippedLaunch, Trace  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 HERE = __file__.rsplit("/", 1)[-1]
@@ -118,6 +118,20 @@ def test_data_assignment_is_a_storage_swap_at_the_next_use(streams, fake_graph_m
     (use,) = recorder.trace.of(SkippedLaunch)   # an empty result: PyTorch launches nothing
     assert (swap.old_numel, swap.new_numel, swap.new_ptr, swap.graph) == (4, 0, x.data_ptr(), 0)
     assert swap.step < use.step and "x.data = ..." in swap.why
+
+
+def test_data_assignment_before_a_shape_guard_is_a_swap_then_a_host_read(streams, fake_graph_methods):
+    h = torch.randn(4)
+    with recording(streams) as recorder:
+        with cuda_graph(FakeGraph(), streams):
+            x = h * 1
+            x.data = torch.empty(0)
+            if x.shape[0] == 0:       # the guard skips every launch on x
+                pass
+    (swap,) = swaps(recorder.trace)
+    (read,) = recorder.trace.of(HostRead)
+    assert swap.step < read.step and read.shape == (0,)
+    assert {f.code for f in check(recorder.trace)} == {"host_mutation"}
 
 
 @torch.library.custom_op("capture_order_test::dispose", mutates_args=("x",))
