@@ -6,10 +6,12 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out/results}
 mkdir -p "$OUT"
-python3 -m gpu_demo run --matrix --jobs 4
-python3 -m gpu_demo bench
-python3 -m gpu_demo bench --host-costs
-python3 -m gpu_demo decode --layers 4 --steps 32 --jobs 3
+# Each command replaces a committed file only when --out names it (without, it refuses).
+R=gpu_demo/results
+python3 -m gpu_demo run --matrix --jobs 4 --out "$R/matrix-h200.json"
+python3 -m gpu_demo bench --out "$R/bench-h200.json" --calibration-out "$R/calibration-h200.json"
+python3 -m gpu_demo bench --host-costs --out "$R/host-costs-h200.json"
+python3 -m gpu_demo decode --layers 4 --steps 32 --jobs 3 --out "$R/decode-h200.json"
 cp gpu_demo/results/*-h200.json "$OUT/"
 python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu tests/gpu_demo/moe/test_moe_gpu.py
 for order in shared_first routed_first; do

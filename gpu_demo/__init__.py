@@ -11,6 +11,9 @@ The public surface is small:
 
 ``assert_capture_safe(fn, *example_inputs)``, ``check_capture(...)``
     a test-suite guard: recording, checker and differential replay (``gpu_demo.guard``)
+``warm_checks()``
+    checks inside share one warm child process: torch and your modules are imported once
+    (``gpu_demo.protocol.worker``; for pytest: ``-p gpu_demo.guard.pytest_plugin``)
 ``capture_checked()``
     check every CUDA-graph capture inside a ``with`` block (``gpu_demo.guard.process``;
     ``CAPTURE_ORDER_CHECK=1`` checks a whole unmodified program)
@@ -22,6 +25,7 @@ and the CLI, ``python -m gpu_demo run | bench | decode | record | check | corpus
 
 from gpu_demo.guard.check import assert_capture_safe, check_capture
 from gpu_demo.guard.process import CaptureHazardWarning, capture_checked
+from gpu_demo.protocol.worker import warm_checks
 from gpu_demo.record.annotate import label
 
-__all__ = ["CaptureHazardWarning", "assert_capture_safe", "capture_checked", "check_capture", "label"]
+__all__ = ["CaptureHazardWarning", "assert_capture_safe", "capture_checked", "check_capture", "label", "warm_checks"]

@@ -8,7 +8,9 @@
 ``check`` exits 1 when the checker finds an error (wrong on every replay) or
 the capture itself failed, 0 otherwise; warnings (races) fail only with
 ``--strict``. A failed capture is said first (there is no graph to check).
-Outcomes are in ``simlib.glossary``'s words. Bad arguments, and a ``--trace``
+Outcomes are in ``simlib.glossary``'s words; ``--json`` carries both the
+replays' ``outcome`` and the ``verdict`` the text gives (``unordered`` for a
+race the replays did not lose), ``null`` for a saved trace, which has no replays. Bad arguments, and a ``--trace``
 that is not a simlib trace (a Chrome/Perfetto export, say), exit 2 with a usage
 message; a reader that stops early (``| head``) ends the output quietly. Never
 a traceback.
@@ -31,7 +33,7 @@ from .headline import write_headline
 from .scenarios import ScenarioResult
 from .spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
 from .trace import Capture, Trace
-from .verdict import verdict_of
+from .verdict import verdict, verdict_of
 
 SCENARIOS = ("moe",)
 _DEFAULTS = MoEConfig()
@@ -86,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd = commands.add_parser(
         "check", parents=[source], help="report the capture hazards of a scenario or trace",
         description="Run the capture-hazard checker. Exit status 1 when it finds an error "
-                    "(wrong on every replay) or the capture failed; warnings (unordered accesses: "
-                    "races the hardware may not have lost yet) fail only with --strict.")
+                    "(wrong on every replay) or the capture failed; warnings (unordered: two accesses "
+                    "to the same memory that nothing orders) fail only with --strict.")
     check_cmd.add_argument("--json", action="store_true", help="print the findings as JSON")
     check_cmd.add_argument("--strict", action="store_true", help="fail (exit 1) on warnings too")
     check_cmd.set_defaults(run=_check, parser=check_cmd)
@@ -140,7 +142,8 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"source": source,
                           "config": result.config.to_dict() if result else None,
-                          "outcome": result.outcome if result else None,
+                          "outcome": result.outcome if result else None,        # what the replays did
+                          "verdict": verdict(result.outcome, findings) if result else None,  # the text's word
                           "capture_failures": failures,
                           "findings": [f.to_dict() for f in findings]}, indent=1, sort_keys=True))
     else:

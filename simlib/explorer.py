@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import checker
-from .glossary import UNORDERED, badge, term, words
+from .glossary import UNORDERED, UNORDERED_MEANS, badge, words
 from .gpu_results import GPU_RESULTS, load_gpu_results
 from .latency import replay_timing
 from .memory import short_ptr
@@ -246,7 +246,7 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
     said = (f"simulator: its verdict agrees with {agree} of {agree + len(differ)} measured cells"
             + "".join(f"\n  {d}" for d in differ))
     if races:
-        said += (f"\n{len(races)} of them {term(UNORDERED).meaning.split(';')[0]}; the checker "
+        said += (f"\n{len(races)} of them {UNORDERED} ({UNORDERED_MEANS}); the checker "
                  "finds the race in the trace:" + "".join(f"\n  {r}" for r in races))
     return "\n".join(lines) + "\n\n" + _table(rows) + "\n\n" + said
 
@@ -368,7 +368,7 @@ def status_lines(config: MoEConfig, step: int | None) -> list[str]:
     shown = last if step is None else step
     said = judged(config)
     lines = [f"{config.name}: "
-             + (term(said).meaning.split(";")[0] if said == UNORDERED else words(said)),
+             + (f"{UNORDERED}: {UNORDERED_MEANS}" if said == UNORDERED else words(said)),
              describe_step(r.trace, shown) + f"   (capture: steps {first}-{last})"]
     if r.replays:
         rp = r.replays[0]
@@ -428,6 +428,13 @@ def draw(config: MoEConfig, view: str = "pointers", step: int | None = None, *,
 
 
 # ================================================================ the explorer
+def _allowed_values(control: Any) -> list[Any]:
+    """The values a control takes: a toggle's options (the value of a ``(label, value)`` pair), or on/off."""
+    if hasattr(control, "options"):
+        return [o[1] if isinstance(o, tuple) else o for o in control.options]
+    return [False, True]
+
+
 class Explorer:
     """Controls that re-simulate the dual-stream MoE capture and redraw one picture.
 
@@ -535,6 +542,11 @@ class Explorer:
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; "
                              f"controls: {sorted(self.controls)}")
+        for name, value in controls.items():   # all checked before any changes: no half-set explorer
+            allowed = _allowed_values(self.controls[name])
+            if value not in allowed or (isinstance(value, bool) != isinstance(allowed[0], bool)):
+                raise ValueError(f"{name}={value!r} is not one of its values; "
+                                 f"use one of {', '.join(map(repr, allowed))}")
         self._quiet = True
         try:
             for name, value in controls.items():

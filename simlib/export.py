@@ -31,6 +31,7 @@ from typing import Any
 from .trace import (
     Alloc,
     Arg,
+    Call,
     Capture,
     DeviceSpan,
     EventOp,
@@ -164,7 +165,7 @@ class _Builder:
             if type(r) is DeviceSpan:
                 for key in (r.stream, None):
                     device_done[key] = max(device_done.get(key, 0.0), r.end_us)
-            elif type(r) is not Fault:
+            elif type(r) not in (Fault, Call):      # a call's begin and end are marks, not host work
                 if step and r.step != step[0].step:
                     previous_end = self._host_step(step, previous_end, device_done)
                     step = []
@@ -216,7 +217,7 @@ class _Builder:
         self.events.append({"ph": "f", "bp": "e", "pid": GPU_PID, "tid": tid, "ts": ts, **common})
 
     def instants(self) -> None:
-        """Host mutations, capture begin/end, replays and faults as instant events."""
+        """Host mutations, capture begin/end, replays, calls' begin and end, and faults as instant events."""
         for r in self.trace.records:
             kind = type(r)
             if kind is Mutation:
@@ -231,6 +232,9 @@ class _Builder:
             elif kind is Replay:
                 self._instant(f"replay graph {r.graph} #{r.index}", "replay", r.t_us, "t",
                               step=r.step, stream=r.stream)
+            elif kind is Call:
+                self._instant(f"{r.phase} call {r.index} {r.op}s", "call", r.t_us, "t", step=r.step,
+                              phase=r.phase, index=r.index)
             elif kind is Fault:
                 self._instant(r.error, "fault", r.t_us, "g", step=r.step, launch=r.launch,
                               detail=r.detail)

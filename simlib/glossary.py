@@ -12,10 +12,10 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 
 ``correct``                every replay matched the eager reference, and the
                            graph orders every access that conflicts
-``unordered``              correct on every replay we ran, but unordered: the
-                           graph leaves a read and a write of one block without
-                           an order between them, a race the hardware has not
-                           lost yet (a slower branch makes replays wrong)
+``unordered``              the graph has two accesses to the same memory that
+                           nothing orders, so a replay is right or wrong
+                           depending on which runs first (``UNORDERED_MEANS``;
+                           every replay we ran may still have been right)
 ``silent_wrong``           replays ran without error and computed something else
 ``illegal_address``        a replay faulted (sticky ``cudaErrorIllegalAddress``)
 ``capture_error:<name>``   capture failed; ``<name>`` is the CUDA error enum
@@ -31,6 +31,13 @@ says it will do (predicted). ``OUTCOMES`` maps each code to a ``Term``.
 show: a replay is right or wrong. A GPU run of an unordered program reports
 what its replays showed (``correct`` or ``silent_wrong``) and the checker's
 race beside it.
+
+One more word is the guard's alone (``GUARD_VERDICTS``), since no device run
+and no simulation produces it: it compares two paths of one program.
+
+``graph_eager_differ``     the replays and the eager reference disagree and the
+                           checker found nothing in the capture: the two paths
+                           compute different things, and neither is named wrong
 
 What the graph holds for a late consumer
 ----------------------------------------
@@ -64,6 +71,7 @@ WARMUP_ERROR_PREFIX = "warmup_error:"
 HOST_ERROR_PREFIX = "host_error:"
 PREFIXES = (CAPTURE_ERROR_PREFIX, WARMUP_ERROR_PREFIX, HOST_ERROR_PREFIX)   # outcomes that name an error
 SHAPE_MISMATCH = "shape_mismatch"
+GRAPH_EAGER_DIFFER = "graph_eager_differ"
 
 
 @dataclass(frozen=True)
@@ -83,15 +91,15 @@ class Term:
     colour: str
 
 
+# The one definition of "unordered"; every text that explains the word quotes this.
+UNORDERED_MEANS = ("the graph has two accesses to the same memory that nothing orders, "
+                   "so a replay is right or wrong depending on which runs first")
+
 OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(CORRECT, "correct", "correct",
          "every replay matched the eager reference, and the graph orders every access that conflicts",
          "#009E73"),
-    Term(UNORDERED, "unordered", "unordered: a race",
-         "correct on every replay we ran, but unordered: a race the hardware has not lost yet; "
-         "the graph leaves a read and a write of one block without an order between them, and a "
-         "slower branch makes the replays wrong",
-         "#E69F00"),
+    Term(UNORDERED, "unordered", "unordered: a race", UNORDERED_MEANS, "#E69F00"),
     Term(SILENT_WRONG, "silently wrong", "silently wrong",
          "every replay ran without an error and computed something else",
          "#D55E00"),
@@ -107,6 +115,15 @@ OUTCOMES: dict[str, Term] = {t.code: t for t in (
     Term(HOST_ERROR_PREFIX, "a host error", "host code fails",
          "the host code around the graph failed (feeding inputs, replaying, reading a result), "
          "not the capture and not a replay on the device",
+         "#999999"),
+)}
+
+# The guard's verdict when replays and eager disagree with nothing found (gpu_demo.guard.check).
+GUARD_VERDICTS: dict[str, Term] = {t.code: t for t in (
+    Term(GRAPH_EAGER_DIFFER, "graph and eager differ", "graph and eager differ",
+         "the replays and the eager reference disagree and the checker found nothing in the capture: "
+         "the program computes something else when captured (a path taken only in capture, or not taken), "
+         "and the guard cannot tell which of the two is the one you meant",
          "#999999"),
 )}
 
@@ -146,10 +163,12 @@ def _prefix(outcome: str) -> str | None:
 
 
 def term(outcome: str) -> Term:
-    """The ``Term`` for an outcome code (any ``capture_error:<name>`` and the like included)."""
+    """The ``Term`` for an outcome code (any ``capture_error:<name>`` and the like included) or a guard verdict."""
     prefix = _prefix(outcome)
     if prefix is not None:
         return OUTCOMES[prefix]
+    if outcome in GUARD_VERDICTS:
+        return GUARD_VERDICTS[outcome]
     if outcome not in OUTCOMES:
         raise ValueError(f"{outcome!r} is not an outcome; the outcomes are: "
                          + ", ".join(repr(c) for c in OUTCOMES) + " (each ...:<name>)")

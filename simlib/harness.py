@@ -12,10 +12,15 @@ per batch size, say). A ``Program`` has
 
 The harness builds the program twice, in two runtimes: one warms up,
 captures and replays, as a CUDA-graph program does; the other runs every call
-eagerly, which is what the program means. Replay ``k`` is right when it
-computes what eager call ``k`` computed, and the outcome is a word of
-``simlib.glossary``. Inputs are fresh for every call (``x3`` in call 3), so
-a stale buffer cannot pass for a right answer.
+eagerly, which is what the program means, all but the capture's call: that
+one runs nothing on the device, so the eager runtime only feeds it, and a
+replay starts from the device state the warm-ups left in both. Keep per-call
+host state in ``feed`` (it runs before every call in both runtimes);
+``forward``'s host code runs in the capture's call only where it is
+captured. Replay ``k`` is right when it computes what eager call ``k``
+computed, and the outcome is a word of ``simlib.glossary``. Inputs are fresh
+for every call (``x3`` in call 3), so a stale buffer cannot pass for a right
+answer.
 
     def build(rt):
         x = rt.empty((8,), "x")
@@ -155,15 +160,19 @@ class Session:
         self._step(lambda: self._capture_once(self._name(name), pool_of))
         return self.graphs.get(self._name(name))
 
-    def replay(self, name: str | None = None, *, read: bool = True) -> Replayed | Callable[[], Replayed | None]:
+    def replay(self, name: str | None = None, *, read: bool = True,
+               copy_out: bool = False) -> Replayed | Callable[[], Replayed | None] | None:
         """Feed the next call and replay its graph; the eager runtime runs the call instead.
 
-        ``read=False`` defers reading the output: call what is returned to read it
-        then (after other replays, say), the way a server reads a result later.
+        Reading the output is a copy out of it (a launch, as ``.clone()`` or ``.cpu()``
+        is), so the checker sees who read what. ``read=False`` defers it: call what is
+        returned to read then (after other replays, say), the way a server reads a
+        result later; ``copy_out=True`` clones the output right after the replay, and
+        the read, whenever it comes, reads that copy.
         """
         name = self._name(name)
         pending: list[Callable[[], Replayed | None]] = []
-        self._step(lambda: pending.append(self._replay_once(name)))
+        self._step(lambda: pending.append(self._replay_once(name, copy_out)))
         read_later = pending[0] if pending else (lambda: None)
         if read:
             return self._step(read_later)
@@ -196,8 +205,9 @@ class Session:
         raise _Stopped
 
     def _both(self, name: str, wrap: Callable[[Runtime, Program], TensorHandle],
-              failed: Callable[[BaseException], str]) -> tuple[TensorHandle, TensorHandle]:
-        """Feed call ``k`` and run it in both runtimes (``wrap`` runs it in the capturing one)."""
+              failed: Callable[[BaseException], str], *, eager: bool = True) -> list[TensorHandle]:
+        """Feed call ``k`` in both runtimes; run it in the capturing one (``wrap``) and, with
+        ``eager``, in the eager one."""
         self.calls += 1
         k = self.calls
         out = []
@@ -209,13 +219,15 @@ class Session:
                 self._stop(ILLEGAL_ADDRESS, exc)
             except Exception as exc:            # the user's host code
                 self._stop(host_error(_code(exc)), exc)
+            if rt is self.eager and not eager:
+                continue
             try:
                 out.append(wrap(rt, program) if rt is self.graphed else program.forward())
             except IllegalAddress as exc:
                 self._stop(ILLEGAL_ADDRESS if self.graphs else warmup_error(exc.code), exc)
             except Exception as exc:
                 self._stop(failed(exc) if rt is self.graphed else host_error(_code(exc)), exc)
-        return out[0], out[1]
+        return out
 
     def _warm_up_once(self, name: str) -> None:
         def warm(rt: Runtime, program: Program) -> TensorHandle:
@@ -236,23 +248,29 @@ class Session:
                     out = program.forward()
             self.graphs[name] = g
             return program.after_capture(out) if program.after_capture else out
-        out, _ = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))))
-        self._outputs[name] = out
+        # The capture's call runs nothing on the device, so the eager runtime only feeds it: the
+        # device state a replay starts from is what the warm-ups left, in both.
+        self._outputs[name] = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))),
+                                         eager=False)[0]
 
-    def _replay_once(self, name: str) -> Callable[[], Replayed | None]:
+    def _replay_once(self, name: str, copy_out: bool) -> Callable[[], Replayed | None]:
         if name not in self.graphs:
             raise ValueError(f"capture {name!r} before replaying it")
         graph, out = self.graphs[name], self._outputs[name]
+        copied: list[TensorHandle] = []
 
         def replay(rt: Runtime, program: Program) -> TensorHandle:
             graph.replay()
+            if copy_out:
+                copied.append(rt.clone(out, label=f"{out.label}.copy"))
             return out
         _, eager_out = self._both(name, replay, lambda exc: host_error(_code(exc)))
         k, want = self.calls, self.eager.read(eager_out)
+        source = copied[0] if copied else out
 
         def read() -> Replayed:
             try:
-                got = self.graphed.read(out)
+                got = self.graphed.read(self.graphed.clone(source, label=f"read {source.label}"))
             except IllegalAddress as exc:
                 self._stop(ILLEGAL_ADDRESS, exc)
             done = Replayed(name, k, got, want)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .checker import check as check_trace
-from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED
+from .glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED, UNORDERED_MEANS
 from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
 from .latency import replay_latency
 from .scenarios import run
@@ -53,6 +53,7 @@ FIXES = ("skip_in_capture", "own_buffer", "never", "clone")
 SPEEDS = ("faster", "slower", "same")
 SHARED_INPUTS = ("x1", "x2", "0")
 INCIDENT = MoEConfig()   # routed first, static shared buffer, dispose always, fresh inputs
+_IDENTIFIERS = frozenset((*OUTCOME_WORDS, *FIXES, *SPEEDS, *SHARED_INPUTS, *ORDERS, *SHARED_MODES))
 
 # Where each exercise's idea is explained: notebook and section title.
 READ = {
@@ -64,7 +65,7 @@ READ = {
     "trap": "notebook 03-the-dispose-bug, section 'The stale-buffer trap'",
     "fixes": "notebook 04-fixes-and-costs, sections 'Four fixes' and 'What each fix costs'",
     "timing": "notebook 04-fixes-and-costs, section 'What each fix costs' (the reorder fix), and "
-              "05-real-gpu, section '5. What the change was for: speed (recorded)'",
+              "05-real-gpu, section '5. Where the speed-up came from (recorded)'",
     "report": "notebook 04-fixes-and-costs, section 'The checker reads the trace, not the results', and "
               "02-graph-capture, section 'Static inputs: the way in is `copy_`'",
 }
@@ -224,7 +225,7 @@ def _right_order(expected: dict[str, str]) -> str:
         if said == UNORDERED:
             race = found[0]
             lines.append(
-                f"  {order}: {said}, a race the hardware has not lost yet. Its replays are {replays}"
+                f"  {order}: {said} ({UNORDERED_MEANS}). Its replays are {replays}"
                 f"{gpu}, but the checker's rule {race.rule} ({race.code}) finds that dispose_tensor "
                 f"freed {race.label}'s block during the capture and the graph's pool handed it to a "
                 "routed-expert buffer; nothing orders that write after the shared expert's read on "
@@ -558,10 +559,13 @@ def check(number: int, answer: Any) -> None:
                           f"Read: {READ[ex.read]}.") from None
     want = expected(number)
     if given != want:
-        raise WrongAnswer(f"{head}: not yet. {_capital(ex.wrong(given, want))}\n"
+        raise WrongAnswer(f"{head}: not yet. {_sentence(ex.wrong(given, want))}\n"
                           f"Read: {READ[ex.read]}.")
     print(f"{head}: right. {ex.right(want)}")
 
 
-def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
+def _sentence(text: str) -> str:
+    """A hint as a sentence: its first letter capitalised, unless it opens with an answer word or
+    a name, which keeps its spelling (``skip_in_capture``, ``x2``, ``never``)."""
+    first = text.split(" ", 1)[0].rstrip(".,:;")
+    return text if first in _IDENTIFIERS or "_" in first else text[:1].upper() + text[1:]

@@ -66,6 +66,9 @@ class Arg:
     ptr: DataPtr
     numel: int
     shape: tuple[int, ...]
+    # The byte span the kernel can touch from ``ptr``: 0 for no elements, else for a
+    # strided view ``(1 + sum((size_i - 1) * stride_i)) * itemsize`` (an expanded, stride-0
+    # view spans less than numel * itemsize); for a raw kernel, its declared size.
     nbytes: int
     access: str  # "r", "w" or "rw"
     # Bytes of the storage from ``ptr`` to its end, as the host saw it at launch

@@ -5,8 +5,8 @@ a second question, which the checker answers from the trace. The verdict puts
 the two together in the glossary's words: a configuration whose replays
 computed the eager result (or lost a race the simulator happened to run one
 way) while the checker finds only races (rule 3 ``cross_stream_race`` or rule
-4 ``reuse_after_free``, the warnings) is ``unordered``: a race the hardware
-has not lost yet. Anything else keeps the replays' outcome.
+4 ``reuse_after_free``, the warnings) is ``unordered`` (``glossary.UNORDERED_MEANS``:
+two accesses to the same memory that nothing orders). Anything else keeps the replays' outcome.
 
 The README's scenario table (``gpu_demo.measure.conformance``), the headline, the
 pictures' badges, the explorer and the lab all call ``verdict`` here, so they

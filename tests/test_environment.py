@@ -20,9 +20,17 @@ def test_environment_yml_parses_and_installs_the_project_with_every_extra():
     assert named == extras
 
 
-def test_torch_is_pinned_so_ci_never_pulls_a_cuda_build():
+def test_torch_is_pinned_so_every_seat_with_the_gpu_extra_gets_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "torch==2.13.0" in project["optional-dependencies"]["gpu"]
+
+
+def test_the_conda_environment_gets_torchs_cpu_build_and_npm():
+    # On Linux PyPI's torch is a CUDA build; the CPU one is on PyTorch's own index.
+    deps = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
+    pip = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
+    assert "nodejs" in deps   # npm, which scripts/build_html.py needs once
 
 
 def test_simlib_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
@@ -32,3 +40,21 @@ def test_simlib_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
             "bad = [m for m in ('torch', 'matplotlib', 'gpu_demo') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_the_seat_check_runs_the_commands_the_guide_and_the_readme_give():
+    # scripts/check_seat.py (the lead's H200 run) reads its commands from the documents,
+    # so the install that is checked is the one a reader is told to type.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_seat", ROOT / "scripts" / "check_seat.py")
+    check_seat = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_seat)
+    install = check_seat.bash_block(check_seat.GUIDE, check_seat.GUIDE_MARK).splitlines()
+    assert "python3 -m pip install --no-deps --no-build-isolation -e ." in install
+    assert any(line.startswith("cp capture_order_check.pth ") for line in install)
+    assert not any("torch==" in line or "[gpu" in line or "[all" in line for line in install)   # keeps the seat's torch
+    (test,) = check_seat.bash_block(check_seat.README, check_seat.README_MARK).splitlines()
+    assert test.startswith("python3 -m pytest tests ") and "-o addopts=" in test
+    assert check_seat.pytest_summary("...\n957 passed, 27 skipped, 15 warnings in 63.08s\n") == \
+        "957 passed, 27 skipped, 15 warnings in 63.08s"

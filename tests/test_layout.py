@@ -29,7 +29,7 @@ FLOORS = [
     ("gpu_demo.moe",),
     ("gpu_demo.distributed",),              # the tensor-parallel MoE and the guard under torchrun
     ("gpu_demo.measure",),
-    ("gpu_demo.cli", "gpu_demo.__main__"),
+    ("gpu_demo.cli", "gpu_demo.__main__", "gpu_demo.distributed.__main__"),
     ("gpu_demo.lab",),                      # the tutorial's exercise: uses the public surface
 ]
 DEMO = ("gpu_demo.moe", "gpu_demo.measure", "gpu_demo.cli", "gpu_demo.lab")

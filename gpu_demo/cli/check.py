@@ -1,8 +1,9 @@
 """``python -m gpu_demo check | corpus | recorder-overhead``: the guard from the shell.
 
 ``check TARGET``          record, check and (on a GPU) differentially replay one callable;
-                          exit 0 when it passes, 1 on a hazard, 2 on bad usage or when it
-                          could not be checked
+                          exit 0 passed, 1 a hazard (or graph and eager differ), 2 bad
+                          usage, 3 could not check, 4 a CPU dry run only (nothing seen,
+                          but nothing replayed: not a pass)
 ``corpus``                the corpus on a GPU: truth and guard per program, a table and JSON
                           (``--summary``: the README's paragraph from the committed results)
 ``recorder-overhead``     time to record and check a 61-layer capture against the plain capture
@@ -25,10 +26,17 @@ import torch
 from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, refuse_unwritable, write_result
 from gpu_demo.protocol.tolerance import DTYPES
 
+BAD_USAGE = 2
+
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the three subcommands to ``python -m gpu_demo``'s parser (``args.handler`` runs one)."""
-    check = commands.add_parser("check", help="is a callable safe to capture? (recording, checker, replay)")
+    check = commands.add_parser(
+        "check", help="is a callable safe to capture? (recording, checker, replay)",
+        description="Record a callable's capture, run the checker over it, and on a GPU replay it with fresh "
+                    "inputs against an eager reference. Without CUDA only a CPU dry run runs, which is never a pass.",
+        epilog="exit status: 0 passed, 1 NOT capture-safe (or graph and eager differ), 2 bad usage, "
+               "3 could not check, 4 NOT CHECKED ON A GPU (a CPU dry run only)")
     check.add_argument("target", help="module:callable (a function, a class or a factory; see gpu_demo.guard.target)")
     check.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="D0,D1,...",
                        help="shape of one example input (repeat for several inputs; random values)")
@@ -90,16 +98,22 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
                                strict=args.strict, dtype=dtype, seed=args.seed, timeout=args.timeout)
     except TargetError as exc:
         print(f"gpu_demo check: {exc}", file=sys.stderr)
-        return 2
+        return BAD_USAGE
     print(report.format())
     if args.json:
         try:
             write_result(args.json, argv, report.to_dict())
         except OSError as exc:
             return cannot_write("check", "json", args.json, exc.strerror or str(exc))
-    if report.problem:
-        return 2
-    return 0 if report.passed else 1
+    return exit_code(report.answer)
+
+
+def exit_code(answer: str) -> int:
+    """``gpu_demo check``'s exit code for one of the guard's answers (``GuardReport.answer``):
+    0 passed, 1 a hazard or graph and eager differ, 3 could not check, 4 a CPU dry run only."""
+    from gpu_demo.guard.check import COULD_NOT_CHECK, NOT_ON_GPU, PASSED
+
+    return {PASSED: 0, COULD_NOT_CHECK: 3, NOT_ON_GPU: 4}.get(answer, 1)
 
 
 def _corpus(args: argparse.Namespace, argv: list[str]) -> int:

@@ -60,6 +60,20 @@ def unwritable(path: Path) -> str | None:
     return None if os.access(folder, os.W_OK) else f"permission denied in {folder}"
 
 
+def refuse_overwrite(command: str, args: argparse.Namespace, defaults: dict[str, Path]) -> int | None:
+    """Fill each output flag of ``args`` left unset with its default path, or return 2, after
+    saying why, when that file is already there: the results under ``gpu_demo/results`` are the
+    committed recordings the README and the notebooks read, replaced only on purpose."""
+    for flag, path in defaults.items():
+        if getattr(args, flag) is None:
+            if path.exists():
+                print(f"gpu_demo {command}: {path} is already there (the committed results); pass "
+                      f"--{flag.replace('_', '-')} FILE, that path itself to replace them", file=sys.stderr)
+                return 2
+            setattr(args, flag, path)
+    return None
+
+
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731

@@ -17,19 +17,40 @@
   replays it on fresh random inputs and compares every replay with an eager
   reference. A fault, a capture error or a mismatch fails.
 
-Each runs in a child process (``gpu_demo.protocol.child``), so a replay that faults
-(``cudaErrorIllegalAddress`` loses the CUDA context) cannot kill the caller;
-how ``fn`` reaches the child and which callables count as factories is in
-``gpu_demo.guard.target``. ``isolate=False`` runs everything in this process instead
-(a lambda then works, and a device fault ends this process). Without CUDA only
-the recorder's dry run runs, and the report says the replay was not run.
+Both run in one child process (``gpu_demo.protocol.child``), so a replay that faults
+(``cudaErrorIllegalAddress`` loses the CUDA context) cannot kill the caller; inside
+``warm_checks()`` (or with the pytest plugin ``gpu_demo.guard.pytest_plugin``) that
+process is a warm worker (``gpu_demo.protocol.worker``) kept for the next check, so
+torch and your modules are imported once. How ``fn`` reaches the child and which
+callables count as factories is in ``gpu_demo.guard.target``. ``isolate=False`` runs
+everything in this process instead (a device fault then ends it).
+
+The report has one of four answers, its first words (``GuardReport.answer``):
+
+* ``passed``: replayed on a GPU, every replay right, and no checker error;
+* ``NOT capture-safe``: a hazard, proved by the replays or read off the capture
+  by the checker; or ``graph and eager differ`` (below);
+* ``could not check``: the check itself could not be done here (the function
+  fails without any capture, a Triton kernel without CUDA, a child that died, a
+  reference that disagrees with itself): neither safe nor unsafe;
+* ``NOT CHECKED ON A GPU``: without CUDA only the CPU dry run ran and found nothing.
+  Nothing was captured or replayed, so no pool reuse and no race was seen: this
+  is never a pass (``passed`` is False), and ``assert_capture_safe`` raises
+  ``CaptureNotChecked`` unless ``dry_run_ok=True`` accepts the static part alone.
 
 The verdict uses ``simlib.glossary``'s words: what the replays showed
 (``correct``, ``silent_wrong``, ``illegal_address``, ``capture_error:<name>``),
-or ``unordered`` when they were correct but the checker found a race (rules
-3 and 4), a hazard the hardware has not lost yet. ``unordered`` fails only with
-``strict=True``; a checker error (rules 1, 2, 5, ...) fails even when the
-replays were correct, since the checker read it off what the capture froze.
+``unordered`` when they were correct but the checker found a race (rules 3 and
+4), a hazard the hardware has not lost yet, and ``graph_eager_differ`` when the
+replays missed the reference but the checker found nothing in the capture: the
+guard then shows both sides and does not name the capture as the culprit (a
+program whose captured path deliberately differs, random numbers it could not
+reseed). Two guards against a misleading reference: it runs twice on one input
+first (a reference that disagrees with itself is reported, not blamed on the
+capture), and random ops draw the same numbers in the reference and the replay
+(``gpu_demo.guard.stochastic``). ``unordered`` fails only with ``strict=True``; a
+checker error (rules 1, 2, 5, ...) fails even when the replays were correct, since
+the checker read it off what the capture froze.
 """
 
 from __future__ import annotations
@@ -40,15 +61,21 @@ from typing import Any, Callable
 
 import torch
 
-from gpu_demo.guard.differential import Subject, describe, record_in_child, replay_in_child
+from gpu_demo.guard.differential import Subject, check_in_child, describe, replay_in_child
+from gpu_demo.guard.stochastic import random_ops
 from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
 from gpu_demo.protocol.capture_replay import ReplayEvidence
-from gpu_demo.protocol.child import run_in_child
+from gpu_demo.protocol.worker import run_checked
+from gpu_demo.record.dry_run import NOT_SEEN
 from simlib.checker import ERROR, Finding, check, format_report
-from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, UNORDERED, words
+from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, GRAPH_EAGER_DIFFER, SILENT_WRONG, UNORDERED, words
 from simlib.trace import Trace
 
 RACE_CODES = frozenset({"cross_stream_race", "reuse_after_free"})
+PASSED = "passed"
+NOT_SAFE = "NOT capture-safe"
+COULD_NOT_CHECK = "could not check"
+NOT_ON_GPU = "NOT CHECKED ON A GPU"
 DRY_RUN_LIMIT = ("A dry run sees only what the code does on the CPU: a path taken only under a real CUDA "
                  "capture (torch.cuda.is_current_stream_capturing(), CUDA streams, Triton kernels) did not run. "
                  "Run the check on a GPU for the real capture and the replays.")
@@ -70,7 +97,7 @@ class GuardReport:
     ``findings``          the checker's findings on the recording
     ``recording_error``   the recorder's capture failed with this outcome (``capture_error:<name>``)
     ``problem``           the check itself could not be completed (the function failed eagerly,
-                          the child died, ...); such a report never passes
+                          the child died, the reference disagrees with itself); never passes
     """
 
     target: str
@@ -92,22 +119,40 @@ class GuardReport:
         return sorted({f.code for f in self.findings})
 
     @property
+    def answer(self) -> str:
+        """``NOT capture-safe``, ``could not check``, ``graph and eager differ``, ``NOT CHECKED ON A GPU``
+        or ``passed`` (module docstring), in that order: a hazard the replays or the checker proved
+        stands even when the rest of the check could not be done."""
+        proved = self.verdict not in (None, CORRECT, UNORDERED, GRAPH_EAGER_DIFFER)
+        if proved or any(f.severity == ERROR for f in self.findings) or (self.strict and self.findings):
+            return NOT_SAFE
+        if self.problem:
+            return COULD_NOT_CHECK
+        if self.verdict == GRAPH_EAGER_DIFFER:
+            return words(GRAPH_EAGER_DIFFER)
+        return NOT_ON_GPU if self.verdict is None else PASSED
+
+    @property
     def passed(self) -> bool:
-        if self.problem or self.verdict not in (None, CORRECT, UNORDERED):
-            return False
-        if any(f.severity == ERROR for f in self.findings):
-            return False
-        return not (self.strict and self.findings)
+        """True only when replays on a GPU proved it (a dry run never passes)."""
+        return self.answer == PASSED
 
     def __str__(self) -> str:
         return self.format()
 
     def format(self) -> str:
-        """The report a person reads: verdict, the replay's proof, the checker's explanation."""
+        """The report a person reads: the answer (and, on a CPU, what was not done) first, then the
+        replay's proof and the checker's explanation."""
         said = "not replayed" if self.verdict is None else f"{words(self.verdict)} ({self.verdict})"
-        lines = [f"{self.target}: {'passed' if self.passed else 'NOT capture-safe'}, verdict: {said}"]
+        first = f"{self.target}: {self.answer}"
+        if self.mode == "dry_run":
+            first += f" ({NOT_SEEN})"
+        lines = [first + f"; verdict: {said}"]
         if self.problem:
             lines.append(f"could not check: {self.problem}")
+        if self.verdict == GRAPH_EAGER_DIFFER:
+            lines.append("the replays and the eager reference disagree, and the checker found nothing in the "
+                         "capture: both are shown below; which one you meant, the guard cannot tell")
         lines.append("replay (the proof): " + describe(self.replay))
         if self.recording_error:
             lines.append(f"recording: the recorder's capture failed: {self.recording_error}")
@@ -121,8 +166,8 @@ class GuardReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "target": self.target, "mode": self.mode, "verdict": self.verdict, "passed": self.passed,
-            "strict": self.strict, "rules": self.rules, "codes": self.codes,
+            "target": self.target, "mode": self.mode, "answer": self.answer, "verdict": self.verdict,
+            "passed": self.passed, "strict": self.strict, "rules": self.rules, "codes": self.codes,
             "recording_error": self.recording_error, "problem": self.problem,
             "replay": self.replay.to_dict(), "findings": [f.to_dict() for f in self.findings],
         }
@@ -136,6 +181,11 @@ class CaptureNotSafe(AssertionError):
         self.report = report
 
 
+class CaptureNotChecked(CaptureNotSafe):
+    """``assert_capture_safe`` could not prove it: no GPU (only a dry run), or the check itself
+    could not be done (``report.answer`` says which)."""
+
+
 def check_capture(
     fn: Target,
     *inputs: torch.Tensor,
@@ -146,14 +196,21 @@ def check_capture(
     dtype: torch.dtype | None = None,
     seed: int = 0,
     timeout: float = 600.0,
+    kwargs: dict[str, Any] | None = None,
+    fresh_inputs: Callable[..., Any] | None = None,
 ) -> GuardReport:
     """Record, check and (on a GPU) differentially replay ``fn(*inputs)``; never raises on a hazard.
 
-    ``fn``        the function under test, a factory of it, or a ``"module:callable"`` string
-                  (``gpu_demo.guard.target``); a factory may supply the example inputs
-    ``inputs``    example tensors: their shapes and dtypes are the captured static inputs
-    ``reference`` computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.guard.differential``)
-    ``dtype``     for factories (default: the first floating input's, else bfloat16)
+    ``fn``           the function under test, a factory of it (a ``functools.partial`` of one too),
+                     or a ``"module:callable"`` string (``gpu_demo.guard.target``); a factory may
+                     supply the example inputs
+    ``inputs``       example tensors: their shapes and dtypes are the captured static inputs
+    ``reference``    computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.guard.differential``)
+    ``dtype``        for factories (default: the first floating input's, else bfloat16)
+    ``kwargs``       keyword arguments for the factory: ``check_capture("mod:make", kwargs={"layers": 4})``
+    ``fresh_inputs`` ``fresh_inputs(examples, generator) -> inputs``: each replay's new inputs (CPU
+                     tensors shaped and typed like ``examples``), for ids, positions or lengths that
+                     need structure; default: normal floats, integers between the example's min and max
 
     With CUDA, everything runs on the GPU: the inputs are moved there and factories build
     there; an ``nn.Module`` instance passed as ``fn`` must already be there.
@@ -163,40 +220,57 @@ def check_capture(
                         "factory returning (fn, example_inputs))")
     if not isinstance(replays, int) or isinstance(replays, bool) or replays < 1:
         raise ValueError(f"replays must be a positive integer, got {replays!r}")
-    if factory_call(resolve(fn)) is None and not inputs:
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs must be a dict of the factory's keyword arguments, got {type(kwargs).__name__}")
+    if fresh_inputs is not None and not callable(fresh_inputs):
+        raise TypeError("fresh_inputs must be a callable fresh_inputs(examples, generator) -> inputs")
+    call = factory_call(resolve(fn), kwargs)
+    if call is None and kwargs:
+        raise TargetError(f"kwargs were given but {name_of(fn)} is not a factory with those parameters: kwargs "
+                          "go to a factory (a class, or a function of device, dtype and options)")
+    if call is None and not inputs:
         raise TargetError(f"no example inputs for {name_of(fn)}: pass example tensors after it (CLI: "
                           "--input-shape), or pass a factory that returns (fn, example_inputs)")
     if reference is not None:
         resolve(reference)
     floating = [t.dtype for t in inputs if t.dtype.is_floating_point]
+    send = portable if isolate else resolve
     subject = Subject(
-        target=portable(fn) if isolate else resolve(fn), name=name_of(fn),
+        target=send(fn), name=name_of(fn),
         inputs=tuple(t.detach().cpu() for t in inputs) or None,
         dtype=dtype or (floating[0] if floating else torch.bfloat16), replays=replays, seed=seed,
-        reference=None if reference is None else (portable(reference) if isolate else resolve(reference)),
+        reference=None if reference is None else send(reference),
         reference_name=None if reference is None else name_of(reference),
+        kwargs=dict(kwargs) if kwargs else None,
+        fresh_inputs=None if fresh_inputs is None else (portable(fresh_inputs) if isolate else fresh_inputs),
     )
-    raw: dict[str, Any] = {}
-    for step in (record_in_child, replay_in_child):
-        if isolate and torch.cuda.is_available():
-            raw.update(run_in_child(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout))
-        else:
-            raw.update(_in_process(step, subject))
-        if "child_error" in raw:
-            break
+    in_child = isolate and torch.cuda.is_available()
+    raw = _run(check_in_child, subject, in_child, timeout)
+    if raw.pop("replay_elsewhere", False) and "child_error" not in raw:
+        raw.update(_run(replay_in_child, subject, in_child, timeout))
     return _report(subject.name, raw, strict)
 
 
-def assert_capture_safe(fn: Target, *inputs: torch.Tensor, **options: Any) -> GuardReport:
-    """``check_capture`` (same arguments), raising ``CaptureNotSafe`` unless the report passes;
-    returns the report when it does."""
+def assert_capture_safe(fn: Target, *inputs: torch.Tensor, dry_run_ok: bool = False, **options: Any) -> GuardReport:
+    """``check_capture`` (same arguments), returning the report when it passes.
+
+    Raises ``CaptureNotSafe`` on a hazard, and ``CaptureNotChecked`` (a subclass) when nothing proved
+    it either way: the check could not be done, or there is no GPU and only the dry run ran. With
+    ``dry_run_ok=True`` a clean dry run is returned instead (a CPU test of the static part alone;
+    ``report.passed`` stays False).
+    """
     report = check_capture(fn, *inputs, **options)
-    if not report.passed:
-        raise CaptureNotSafe(report)
-    return report
+    if report.passed or (dry_run_ok and report.answer == NOT_ON_GPU):
+        return report
+    if report.answer in (NOT_ON_GPU, COULD_NOT_CHECK):
+        raise CaptureNotChecked(report)
+    raise CaptureNotSafe(report)
 
 
-def _in_process(step: Callable[..., dict[str, Any]], subject: Subject) -> dict[str, Any]:
+def _run(step: Callable[..., dict[str, Any]], subject: Subject, in_child: bool, timeout: float) -> dict[str, Any]:
+    """``step`` in a child (a warm worker inside ``warm_checks()``), or in this process."""
+    if in_child:
+        return run_checked(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout)
     known: dict[str, Any] = {}
     try:
         known.update(step({"subject": subject}, known.update))
@@ -215,17 +289,35 @@ def _report(name: str, raw: dict[str, Any], strict: bool) -> GuardReport:
     else:
         stage = "the recording" if trace is None else "the replay"
         replay = ReplayEvidence(False, reason=f"{stage} did not finish" + (f": {problem}" if problem else ""))
-    return GuardReport(target=name, mode=raw.get("mode", "none"), findings=findings,
-                       verdict=_verdict(replay, recording_error, findings), replay=replay,
-                       recording_error=recording_error, problem=problem, strict=strict)
+    if trace is not None:
+        replay.stochastic = random_ops(trace)
+    verdict, doubt = judge(replay, recording_error, findings)
+    return GuardReport(target=name, mode=raw.get("mode", "none"), findings=findings, verdict=verdict,
+                       replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict)
 
 
-def _verdict(replay: ReplayEvidence, recording_error: str | None, findings: list[Finding]) -> str | None:
-    """What the replays proved (a race turns ``correct`` into ``unordered``); without replays,
-    the dry run's capture error if it had one."""
-    if replay.ran and replay.outcome is not None:
-        if replay.outcome == CORRECT and any(f.code in RACE_CODES for f in findings):
-            return UNORDERED
-        return replay.outcome
-    return recording_error if recording_error and recording_error.startswith(CAPTURE_ERROR_PREFIX) else None
+def judge(replay: ReplayEvidence, recording_error: str | None, findings: list[Finding]) -> tuple[str | None, str | None]:
+    """The verdict, and why the check could not be done (``None``: it could), from the evidence.
 
+    The replays decide; a race turns ``correct`` into ``unordered``. A replay that missed its
+    reference is ``silent_wrong`` only when the checker found something in the capture; with no
+    finding it is ``graph_eager_differ``, and when the reference disagreed with itself on one
+    input the comparison proves nothing (no verdict, and the reason). Without replays, the dry
+    run's capture error is the verdict if it had one.
+    """
+    if not (replay.ran and replay.outcome is not None):
+        failed = recording_error if recording_error and recording_error.startswith(CAPTURE_ERROR_PREFIX) else None
+        return failed, None
+    if replay.outcome == SILENT_WRONG:
+        spread, tolerance = replay.reference_spread, replay.tolerance or 0.0
+        if spread is not None and not spread <= tolerance:
+            return None, (f"the reference is nondeterministic: two eager runs of it on the same input differ by "
+                          f"{spread:.3g} (tolerance {tolerance:g}), so a replay's error of "
+                          f"{max(e for e in replay.errors if e is not None):.3g} cannot be blamed on the capture "
+                          "(random draws it does not seed, or state one call leaves for the next): seed them, pass "
+                          "a factory (a fresh instance per run), or a deterministic reference=")
+        if not findings:
+            return GRAPH_EAGER_DIFFER, None
+    if replay.outcome == CORRECT and any(f.code in RACE_CODES for f in findings):
+        return UNORDERED, None
+    return replay.outcome, None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import os
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -144,7 +145,8 @@ class CaptureChecker:
             self._trim(len(self.recorder.trace.records) - self.window // 2)
         if not found and not always:
             return
-        text = f"{what} (capture-order check):\n{failed}{format_report(found)}"
+        who = f"rank {os.environ['RANK']}: " if "RANK" in os.environ else ""   # one rank of a torchrun job
+        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found)}"
         report = CaptureReport(-1 if graph is None else graph, tuple(found), text, error)
         self.reports.append(report)
         if not report.fails(self.strict):

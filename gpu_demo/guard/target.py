@@ -6,18 +6,22 @@ the caller), so ``fn`` must be something a fresh Python process can rebuild:
 * a ``"module:callable"`` string (``"mypkg.layers:make"``; a dotted path after the
   colon reaches a nested attribute);
 * a module-level function or class (pickled by reference: the child imports it);
+* a function, closure, lambda or class defined in ``__main__`` (a notebook cell,
+  a script) or inside a function: ``cloudpickle`` sends it by value, with the
+  globals and cells it uses (the child cannot import ``__main__``);
 * an object that pickles by value (an ``nn.Module`` instance whose attributes
   all pickle; one holding a ``torch.cuda.Stream`` does not, pass its class).
-
-A lambda or a closure cannot reach a child; ``portable`` says what to pass instead.
 
 The factory convention (one rule for the API and the CLI):
 
 * a **class** is a factory: it is instantiated with ``(device, dtype)`` when its
   ``__init__`` takes parameters named ``device`` and ``dtype``, else with no
   arguments;
-* a **function** is a factory when it takes no parameters at all, or when its
-  first two parameters are named ``device`` and ``dtype``;
+* a **function** (or a ``functools.partial`` of one) is a factory when it takes no
+  parameters at all, or when its first two parameters are named ``device`` and
+  ``dtype``; parameters the partial or ``check_capture(kwargs=...)`` binds do not
+  count, so ``make(device, dtype, layers=2)`` and ``make(hidden)`` with
+  ``kwargs={"hidden": 64}`` are both factories;
 * anything else (a function of tensors, an ``nn.Module`` instance, any callable
   object) is the function under test itself.
 
@@ -31,6 +35,7 @@ can run on its own instance and never touch the captured one's static buffers.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pickle
@@ -39,6 +44,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
+
+try:
+    import cloudpickle
+except ImportError:  # an optional dependency (the gpu extra): without it, only importable targets travel
+    cloudpickle = None
 
 Target = str | Callable[..., Any]
 """A ``"module:callable"`` string, or the object itself."""
@@ -91,34 +101,36 @@ def name_of(target: Target) -> str:
     """A short name for reports."""
     if isinstance(target, str):
         return target
+    if isinstance(target, functools.partial):
+        return f"functools.partial({name_of(target.func)}, ...)"
     if isinstance(target, nn.Module) or not hasattr(target, "__qualname__"):
         return f"{type(target).__name__} instance"
     return f"{target.__module__}:{target.__qualname__}"
 
 
 def portable(target: Target) -> bytes | str:
-    """What travels to the child: the string itself, or the object pickled."""
+    """What travels to the child: the string itself, or the object pickled (by value with
+    ``cloudpickle`` where the child could not import it: ``__main__``, a closure, a lambda)."""
     if isinstance(target, str):
         return target
-    qualname = getattr(target, "__qualname__", "")
-    if inspect.isfunction(target) and ("<lambda>" in qualname or "<locals>" in qualname):
-        kind = "a lambda" if "<lambda>" in qualname else "a closure (defined inside a function)"
+    if cloudpickle is None and _not_importable(target):
         raise TargetError(
-            f"{name_of(target)} is {kind}, which a child process cannot import. The guard captures in "
-            "a child so that a device fault cannot kill this process. Pass a module-level function or "
-            "class, or a 'module:callable' string (e.g. 'mypkg.layers:make'), or isolate=False to run "
-            "in this process (a device fault then ends it).")
-    if getattr(target, "__module__", None) == "__main__" and (inspect.isfunction(target) or inspect.isclass(target)):
-        raise TargetError(
-            f"{qualname} is defined in the script being run (__main__), which a child process cannot "
-            "import. Move it into a module and pass it (or 'module:callable'), or use isolate=False.")
+            f"{name_of(target)} is defined in __main__ or inside a function, which a child process cannot "
+            "import, and cloudpickle (which sends it by value) is not installed: pip install cloudpickle, "
+            "or move it into a module and pass it (or 'module:callable'), or use isolate=False.")
     try:
-        return pickle.dumps(target)
+        return (cloudpickle or pickle).dumps(target)
     except Exception as exc:  # pickling can fail with many exception types
         raise TargetError(
             f"{name_of(target)} cannot be sent to a child process ({type(exc).__name__}: {exc}). Pass its "
             "class or a factory function instead (built in the child), or a 'module:callable' string, "
             "or isolate=False to run in this process.") from exc
+
+
+def _not_importable(target: Any) -> bool:
+    inner = target.func if isinstance(target, functools.partial) else target
+    qualname = getattr(inner, "__qualname__", "")
+    return getattr(inner, "__module__", None) == "__main__" or "<" in qualname
 
 
 def unpack(sent: Any) -> Any:
@@ -129,35 +141,42 @@ def unpack(sent: Any) -> Any:
     return pickle.loads(sent) if isinstance(sent, bytes) else sent
 
 
-def factory_call(obj: Any) -> str | None:
-    """``"device_dtype"`` or ``"no_args"`` if ``obj`` is a factory (module docstring), else ``None``."""
+def factory_call(obj: Any, kwargs: dict[str, Any] | None = None) -> str | None:
+    """``"device_dtype"`` or ``"no_args"`` if ``obj`` is a factory (module docstring), else ``None``.
+    Parameters ``kwargs`` binds are left out first."""
+    bound = set(kwargs or ())
     if inspect.isclass(obj):
         try:
-            names = list(inspect.signature(obj).parameters)
+            names = [n for n in inspect.signature(obj).parameters if n not in bound]
         except (TypeError, ValueError):
             return "no_args"
         return "device_dtype" if {"device", "dtype"} <= set(names) else "no_args"
-    if not (inspect.isfunction(obj) or inspect.ismethod(obj)):
+    if not (inspect.isfunction(obj) or inspect.ismethod(obj) or isinstance(obj, functools.partial)):
         return None
-    names = list(inspect.signature(obj).parameters)
+    parameters = inspect.signature(obj).parameters.values()
+    # A partial's keyword bindings show as keyword-only parameters with defaults: those are bound too.
+    names = [p.name for p in parameters if p.name not in bound and not (
+        isinstance(obj, functools.partial) and p.kind is p.KEYWORD_ONLY and p.name in obj.keywords)]
     if not names:
         return "no_args"
     return "device_dtype" if names[:2] == ["device", "dtype"] else None
 
 
-def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int) -> Built:
-    """Rebuild the target from what ``portable`` sent, on ``device`` (a new instance for a factory)."""
+def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int,
+          kwargs: dict[str, Any] | None = None) -> Built:
+    """Rebuild the target from what ``portable`` sent, on ``device`` (a new instance for a factory,
+    called with ``kwargs``)."""
     obj = unpack(sent)
-    call = factory_call(obj)
+    call = factory_call(obj, kwargs)
     if call is None:
         by_value = isinstance(sent, bytes) and not (inspect.isfunction(obj) or inspect.isbuiltin(obj))
         return Built(obj, None, fresh=by_value)
     torch.manual_seed(seed)
     if call == "device_dtype":
-        made = obj(device=device, dtype=dtype)
+        made = obj(device=device, dtype=dtype, **(kwargs or {}))
     else:
         with torch.device(device):
-            made = obj()
+            made = obj(**(kwargs or {}))
     fn, examples = _split(made, obj)
     if call == "no_args" and isinstance(fn, nn.Module):
         fn = fn.to(device=device, dtype=dtype)

@@ -13,8 +13,8 @@ The layer of ``my_layer.py`` with its TODO, ``forward_dual_stream``, written
   ``dispose=True``, the shared branch freezes the real ``x``, but the free hands
   ``x``'s block back to the graph's pool, and the routed branch's next allocation
   gets it while the side stream may still be reading ``x``: correct on the
-  replays you run, yet unordered, a race (the checker's rule 4; ``--strict``
-  fails it). Not disposing during capture costs one layer's worth of ``x`` in
+  replays you run, yet unordered, two accesses to one block that nothing orders
+  (the checker's rule 4; ``--strict`` fails it). Not disposing during capture costs one layer's worth of ``x`` in
   the graph's pool, nothing at eager time (the eager path still disposes).
 
 Check it:  python -m gpu_demo check gpu_demo.lab.my_layer_solution:make --strict

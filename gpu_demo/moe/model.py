@@ -27,6 +27,7 @@ first), and ``record_stream`` records ``x``'s use on the alternate stream.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -225,6 +226,7 @@ class MoELayer(nn.Module):
         self.dual_stream = dual_stream
         self.routed_on = config.routed_stream
         self.shared_on = ALT if config.routed_stream == MAIN else MAIN
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None   # set by gpu_demo.distributed
 
     def forward(self, residual: torch.Tensor) -> torch.Tensor:
         with role("norm"):
@@ -237,6 +239,8 @@ class MoELayer(nn.Module):
                 shared = self.shared(x)
             routed = self._routed(x)
         with role("merge"):
+            if self.reduce is not None:   # tensor parallel: the ranks' partial sums are added first
+                return residual + self.reduce(routed + shared)
             if self.pdl:
                 return torch.ops.gpu_demo.residual_add(residual, routed, shared)
             return residual + (routed + shared)

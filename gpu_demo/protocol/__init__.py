@@ -4,5 +4,6 @@
 eager reference; ``metric``: the one error metric; ``tolerance``: how close is
 correct, per dtype; ``cuda_errors``: PyTorch's CUDA errors as outcome words;
 ``child``: one function in a fresh process, so a device fault cannot kill the
-caller. Imports nothing else from ``gpu_demo``.
+caller; ``worker``: the same in one warm process kept for many calls
+(``warm_checks()``). Imports nothing else from ``gpu_demo``.
 """

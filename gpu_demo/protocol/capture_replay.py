@@ -80,6 +80,12 @@ class ReplayEvidence:
     message: str | None = None
     reason: str | None = None
     raw_error: str | None = None   # the whole message of the error in ``message``
+    reference_spread: float | None = None
+    """error between two eager runs of the reference on one input (``None``: not measured)"""
+    first_difference: dict[str, Any] | None = None
+    """where the first output that missed differs: ``{"at": i, "graph": [...], "eager": [...]}``"""
+    stochastic: list[str] = field(default_factory=list)
+    """random ops the recording showed (``gpu_demo.guard.stochastic``); replays and references were reseeded"""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,12 +93,14 @@ class ReplayEvidence:
 
 def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Tensor],
                        replay_inputs: Sequence[Sequence[torch.Tensor] | None],
-                       want: Callable[[int], Any], reference: str, *, mode: str = "global") -> ReplayEvidence:
+                       want: Callable[[int], Any], reference: str, *, mode: str = "global",
+                       before_replay: Callable[[int], None] | None = None) -> ReplayEvidence:
     """Warm up, capture ``fn(*static_inputs)`` in capture mode ``mode``, then replay once per entry of
     ``replay_inputs`` and compare the outputs with ``want(i)`` (called after replay ``i``).
 
     Entry ``i`` is copied into the captured input buffers before replay ``i``; ``None`` leaves them as
-    they are (a forgotten input refresh). Needs CUDA.
+    they are (a forgotten input refresh). ``before_replay(i)`` runs just before replay ``i`` (the guard
+    reseeds the generators there, so a graph's random ops draw what the reference drew). Needs CUDA.
     """
     warm_up(lambda: fn(*static_inputs))
     try:
@@ -106,9 +114,12 @@ def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Ten
         raise ValueError(f"the function {NO_TENSOR_OUTPUT}")
     tolerance = max(tolerance_for(t.dtype) for t in outputs)
     errors: list[float | None] = []
+    first_difference = None
     for i, inputs in enumerate(replay_inputs):
         for static, new in zip(static_inputs, inputs or ()):
             static.copy_(new)
+        if before_replay is not None:
+            before_replay(i)
         try:
             graph.replay()
             torch.cuda.synchronize()
@@ -118,6 +129,27 @@ def replay_and_compare(fn: Callable[..., Any], static_inputs: Sequence[torch.Ten
                 raise
             return ReplayEvidence(True, ILLEGAL_ADDRESS, [*errors, None], tolerance, reference,
                                   one_line(exc), raw_error=str(exc))
-        errors.append(output_error(got, want(i)))
+        wanted = want(i)
+        errors.append(output_error(got, wanted))
+        if first_difference is None and not errors[-1] <= tolerance:
+            first_difference = first_values(got, wanted, tolerance)
     correct = all(e is not None and e <= tolerance for e in errors)
-    return ReplayEvidence(True, CORRECT if correct else SILENT_WRONG, errors, tolerance, reference)
+    return ReplayEvidence(True, CORRECT if correct else SILENT_WRONG, errors, tolerance, reference,
+                          first_difference=first_difference)
+
+
+def first_values(got: Any, want: Any, tolerance: float, count: int = 4) -> dict[str, Any]:
+    """``count`` values of both sides of the first output tensor pair that differs beyond
+    ``tolerance``, from its first element that differs (``"at"``), so a report shows the
+    difference itself rather than leading values that agree."""
+    pairs = list(zip(output_tensors(got), output_tensors(want)))
+    for g, w in pairs:
+        if g.shape != w.shape or not output_error(g, w) <= tolerance:
+            g, w = g.detach().flatten().float(), w.detach().flatten().float()
+            at = 0
+            if g.shape == w.shape and g.numel():
+                scale = w.abs().max().item() or 1.0
+                differs = ((g - w).abs() > tolerance * scale) | (g.isnan() != w.isnan())
+                at = int(differs.nonzero()[0, 0]) if differs.any() else 0
+            return {"at": at, "graph": g[at:at + count].tolist(), "eager": w[at:at + count].tolist()}
+    return {"at": 0, "graph": [], "eager": []}

@@ -36,9 +36,8 @@ def run_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dict[st
         # The payload is pickled inside: the child sets sys.path before it unpickles objects by reference.
         payload_path.write_bytes(pickle.dumps({"sys_path": list(sys.path), "payload": pickle.dumps(payload)}))
         command = [sys.executable, "-m", "gpu_demo.protocol.child", entry, str(payload_path), str(result_path)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_env())
             died = done.returncode != 0
             stderr = done.stderr
         except subprocess.TimeoutExpired as exc:
@@ -51,6 +50,11 @@ def run_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dict[st
         result["child_error"] = {"message": lines[-1] if lines else "the child process died without a word",
                                  "detail": stderr[-3000:]}
     return result
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment, with the package's root first on ``PYTHONPATH``."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
 
 
 def main(argv: list[str]) -> None:

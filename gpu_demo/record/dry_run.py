@@ -17,6 +17,10 @@ from typing import Iterator
 
 import torch
 
+NOT_SEEN = ("a CPU dry run only: nothing was captured or replayed, so no replay, no graph-pool reuse and "
+            "no cross-stream race was checked")
+"""What a dry run cannot see, said first wherever a dry run's result is printed."""
+
 _dry_capture = False
 
 

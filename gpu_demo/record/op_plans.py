@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 
 from gpu_demo.record.annotate import PDL_OPS
 from gpu_demo.record.dispatch_mode import op_caller
@@ -31,6 +32,19 @@ _OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, 
 # Ops that copy one tensor's data into another, possibly across devices (``copy_role``).
 _COPIES = {aten.copy_, aten._to_copy}
 H2D = "h2d"   # the ``Launch.role`` of a copy from host memory into device memory
+# ``torch.distributed`` collectives reach the dispatcher as ``c10d`` ops whose schemas mark no
+# write: the parameters each one writes, by name (``rw``: reduced in place; ``w``: filled).
+COLLECTIVE_NAMESPACE = "c10d"
+_COLLECTIVE_WRITES: dict[str, dict[str, str]] = {
+    "allreduce_": {"tensors": "rw"}, "allreduce_coalesced_": {"tensors": "rw"},
+    "broadcast_": {"tensors": "rw"}, "reduce_": {"tensors": "rw"}, "recv_": {"tensors": "w"},
+    "recv_any_source_": {"tensors": "w"}, "allgather_": {"output_tensors": "w"},
+    "allgather_coalesced_": {"output_lists": "w"}, "allgather_into_tensor_coalesced_": {"outputs": "w"},
+    "_allgather_base_": {"output_tensor": "w"}, "reduce_scatter_": {"output_tensors": "w"},
+    "reduce_scatter_tensor_coalesced_": {"outputs": "w"}, "_reduce_scatter_base_": {"output_tensor": "w"},
+    "alltoall_": {"output_tensors": "w"}, "alltoall_base_": {"output": "w"}, "gather_": {"output_tensors": "w"},
+    "scatter_": {"output_tensors": "w"}, "send": {}, "barrier": {}, "monitored_barrier_": {},
+}
 
 # What the recorder does with an op, decided once per OpOverload (``OpPlan``).
 MUTATE, VIEW, ITEM, NO_LAUNCH, LAUNCH = "mutate", "view", "item", "no_launch", "launch"
@@ -66,6 +80,7 @@ class OpPlan:
     copies: bool = False
     writes: bool = False   # some tensor parameter is written (``out=`` or in place)
     outs: frozenset[str] = frozenset()   # its ``out=`` parameters (``out``, ``values``, ``indices``, ...)
+    collective: bool = False   # a ``c10d`` collective: its launch carries ``collective_scalars``
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -85,19 +100,23 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
         action = NO_LAUNCH
     else:
         action = LAUNCH
+    collective = _COLLECTIVE_WRITES.get(func._opname) if func.namespace == COLLECTIVE_NAMESPACE else None
     params = []
     for i, spec in enumerate(func._schema.arguments):
-        if _NO_TENSOR_TYPE.fullmatch(str(spec.type)):
+        if _NO_TENSOR_TYPE.fullmatch(str(spec.type)) or str(spec.type).startswith("__torch__"):
             continue
         writes = spec.alias_info is not None and spec.alias_info.is_write
         access = ("w" if spec.name == "out" or packet in _OVERWRITES else "rw") if writes else "r"
+        if collective is not None:
+            access = collective.get(spec.name, "r")
         params.append((i, spec.name, access))
     kernel = str(func)
     names = tuple(spec.name for spec in func._schema.arguments)
     plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
                                       kernel in PDL_OPS, names, packet in _COPIES,
                                       any(access != "r" for _, _, access in params),
-                                      frozenset(spec.name for spec in func._schema.arguments if spec.is_out))
+                                      frozenset(spec.name for spec in func._schema.arguments if spec.is_out),
+                                      collective is not None)
     return plan
 
 
@@ -135,6 +154,28 @@ def copy_role(sources: list[torch.Tensor], results: list[torch.Tensor]) -> str:
     return H2D if from_host and any(t.is_cuda for t in results) else ""
 
 
+def collective_scalars(plan: OpPlan, args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:
+    """A collective's non-tensor arguments as the host froze them: its group (name, backend,
+    member ranks), reduce op, roots and flags, and its buffers' dtype. The ranks of one group
+    must issue the same sequence of these (``simlib.checker.rule_cross_rank``)."""
+    found: list[tuple[str, str]] = []
+    count = len(args)
+    for position, spec in enumerate(plan.op._schema.arguments):
+        value = args[position] if position < count else kwargs.get(spec.name, spec.default_value)
+        kind = str(spec.type)
+        if kind.endswith("c10d.ProcessGroup"):
+            group = dist.ProcessGroup.unbox(value)
+            ranks = dist.get_process_group_ranks(group)
+            found += [("group", group.group_desc or group.group_name), ("group_ranks", ",".join(map(str, ranks))),
+                      ("backend", str(dist.get_backend(group)))]
+        elif kind.endswith("c10d.ReduceOp"):
+            found.append(("reduce_op", dist.ReduceOp.RedOpType(value.op()).name))
+        elif "Tensor" not in kind and spec.name != "timeout":
+            found.append((spec.name, repr(value)))
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for _, t, _ in tensors_of(plan, args, kwargs)})
+    return (*found, ("dtype", ",".join(dtypes)))
+
+
 def tensors_of(plan: OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor, str]]:
     """``(name, tensor, access)`` for each tensor an op was given, in schema order."""
     found = []
@@ -145,6 +186,8 @@ def tensors_of(plan: OpPlan, args: tuple, kwargs: dict) -> list[tuple[str, torch
             found.append((name, value, access))
         elif isinstance(value, (list, tuple)):
             found += [(f"{name}[{j}]", t, access) for j, t in enumerate(value) if isinstance(t, _Tensor)]
+            found += [(f"{name}[{j}][{k}]", t, access) for j, inner in enumerate(value)   # ``Tensor[][]``
+                      if isinstance(inner, (list, tuple)) for k, t in enumerate(inner) if isinstance(t, _Tensor)]
     return found
 
 

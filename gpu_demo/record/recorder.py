@@ -8,7 +8,8 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
 
 * each compute op becomes a ``Launch`` on the CUDA stream current when it was
   issued, with one ``Arg`` per tensor (stable id per Python tensor object,
-  label, ``data_ptr``, numel, shape, bytes, bytes left in its storage,
+  label, ``data_ptr``, numel, shape, the bytes it spans from its pointer (sizes
+  and strides: ``extent_bytes``), bytes left in its storage,
   ``r``/``w``/``rw``). An op whose outputs all have zero elements launches no
   kernel in PyTorch: it becomes a ``SkippedLaunch``, still with the arguments
   the host froze;
@@ -69,6 +70,7 @@ from gpu_demo.record.op_plans import (
     PLANS,
     VIEW,
     OpPlan,
+    collective_scalars,
     copy_role,
     frozen_scalar,
     made_by,
@@ -105,6 +107,9 @@ aten = torch.ops.aten
 # wraps ``torch.Tensor``'s readers, and the recorder's reads are not the program's.
 _numel = torch._C.TensorBase.numel
 _shape = torch._C.TensorBase.shape.__get__
+_stride = torch._C.TensorBase.stride
+_contiguous = torch._C.TensorBase.is_contiguous
+_itemsize = torch._C.TensorBase.element_size
 _now = time.perf_counter_ns
 _Tensor = torch.Tensor
 
@@ -122,6 +127,20 @@ STORAGE_RESIZE = "untyped_storage().resize_"   # the op name a storage's resize_
 STORAGE_SWAP = "storage_swap"   # a tensor object's storage changed with no op the dispatcher showed
 SWAPPED_UNSEEN = ("its storage changed between two uses with no recorded op (x.data = ..., or a set_ or "
                   "resize_ inside a C++ extension)")
+
+
+def extent_bytes(t: torch.Tensor) -> int:
+    """The bytes ``t`` can touch from its data pointer (``Arg.nbytes``): 0 without elements, else
+    ``(1 + sum((size_i - 1) * stride_i)) * itemsize``. Not ``numel * itemsize``: an expanded
+    (stride 0) view has more elements than bytes behind it, a strided one spans more bytes."""
+    if _contiguous(t):
+        return _numel(t) * _itemsize(t)
+    last = 0
+    for size, stride in zip(_shape(t), _stride(t)):
+        if not size:
+            return 0
+        last += (size - 1) * stride
+    return (last + 1) * _itemsize(t)
 
 
 @dataclass
@@ -578,6 +597,9 @@ class CaptureRecorder(QuickDispatchMode):
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
         self._watch(given, frozen)
+        if plan.collective:   # its results are its buffers; recorded first, since it may never return
+            self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
+            return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
         stream = self._stream()
         made = made_by(out, given)
@@ -650,6 +672,8 @@ class CaptureRecorder(QuickDispatchMode):
         out = plan.call(*args, **kwargs)
         base = self._handle(args[0])
         for view in tensors_in(out):
+            if view is args[0]:   # an op that hands back its own input made no new view (not its own base)
+                continue
             handle = self._handle(view)
             handle.label = annotate.label_of(view) or base.label
             self._add(View, handle.id, handle.label, base.id, view.data_ptr(), _numel(view),
@@ -714,8 +738,8 @@ class CaptureRecorder(QuickDispatchMode):
             if pending and block in pending:
                 pending.remove(block)
                 self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
-        left = nbytes - (ptr - block)
-        return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), t.nbytes, access,
+        left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
+        return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), extent_bytes(t), access,
                    left if left > 0 else 0)
 
     # -- memory ------------------------------------------------------------------

@@ -8,7 +8,7 @@ One module per rule (``rule_*``), over one index of the trace (``index``); the
 findings and their report are in ``findings``.
 
 Rules (severity ``error``: wrong on every replay, or no graph at all;
-``warning``: unordered, a race the hardware may not have lost yet):
+``warning``: unordered, two accesses to the same memory that nothing orders):
 
 0. ``capture_failed`` (error): a capture ended with an error, so there is no
    graph. It is reported first, with what the error means; a graph that never
@@ -42,7 +42,8 @@ Rules (severity ``error``: wrong on every replay, or no graph at all;
 5. ``stale_input`` (error): a replay ran with no eager write into one of the
    graph's static inputs since the capture ended or the previous replay.
 6. ``extent_exceeds_storage`` (error): a captured launch touches more bytes at
-   an argument (``Arg.nbytes``: its elements, or a raw kernel's declared size)
+   an argument (``Arg.nbytes``: the span its view can touch from its pointer, by
+   its sizes and strides, or a raw kernel's declared size)
    than lie behind its pointer (``Arg.storage_nbytes``; none behind pointer
    0): every replay reads past the end into neighbouring data, writes over it,
    or faults at address 0. An argument rule 2 reports is not reported again:
@@ -92,15 +93,28 @@ by ``(site, kernel, n)`` (``calls``):
     replay reading it back as state included, before A writes it again):
     graphs sharing a pool (``Capture.pool``), a cache created lazily in
     capture. Reported at B's replay, naming both graphs.
+
+Across the ranks of one job, ``check_ranks(traces)`` (one trace per rank,
+``meta["rank"]``) runs ``check`` on each and then:
+
+12. ``collective_mismatch`` (error): the ranks of one group captured different
+    collective sequences (``c10d`` launches in their n-th capture): a different
+    order, count, op, size or dtype, or a collective in a branch taken on one
+    rank only. Every replay then waits for a partner that never comes or
+    combines buffers that do not match (``rule_cross_rank``).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 from ..trace import Trace
 from .calls import calls_of
 from .findings import ERROR, WARNING, Finding, format_report
 from .index import index_trace
+from .ranks import RankFinding, format_rank_report
 from .rule_capture_failed import capture_failed
+from .rule_cross_rank import collective_mismatches, rank_of
 from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
 from .rule_freed_under_graph import freed_under_graphs
@@ -112,7 +126,7 @@ from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import stale_inputs
 
-__all__ = ["ERROR", "WARNING", "Finding", "check", "format_report"]
+__all__ = ["ERROR", "WARNING", "Finding", "RankFinding", "check", "check_ranks", "format_rank_report", "format_report"]
 
 
 def check(trace: Trace) -> list[Finding]:
@@ -138,3 +152,10 @@ def check(trace: Trace) -> list[Finding]:
     findings += graphs_clobber(trace, index)
     return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
 
+
+def check_ranks(traces: Sequence[Trace]) -> list[RankFinding]:
+    """Every hazard of a multi-rank job: each rank's own (``check``), by rank, then rule 12 across them."""
+    ordered = sorted(traces, key=rank_of)
+    found = [RankFinding((rank_of(t),), f) for t in ordered for f in check(t)]
+    ranks = tuple(rank_of(t) for t in ordered)
+    return found + [RankFinding(ranks, f) for f in collective_mismatches(ordered)]

@@ -19,9 +19,19 @@ def capture_pool(g: Graph) -> str:
 
 def freed_under_graphs(trace: Trace, index: Index) -> Iterator[Finding]:
     """Frees, during a capture or before a later replay, of blocks outside the graph's pool that
-    its nodes read or write. Every block counts, pointer 0 and small addresses included."""
+    its nodes read or write. A block allocated during a capture belongs to a graph pool (whatever
+    its pool is called), so it is not one. Every block counts, pointer 0 and small addresses
+    included."""
     frees = [r for r in trace.records if type(r) is Free]
     allocs = [r for r in trace.records if type(r) is Alloc]
+    in_capture = {id(a) for g in index.graphs.values() for a in g.allocs}
+    last_alloc: dict[int, Alloc] = {}        # per free: the allocation of its block (the last before it)
+    block: dict[int, Alloc] = {}
+    for r in trace.records:
+        if type(r) is Alloc:
+            block[r.ptr] = r
+        elif type(r) is Free and r.ptr in block:
+            last_alloc[id(r)] = block[r.ptr]
     replays: dict[int, list[Replay]] = {}
     for r in trace.of(Replay):
         replays.setdefault(r.graph, []).append(r)
@@ -29,14 +39,16 @@ def freed_under_graphs(trace: Trace, index: Index) -> Iterator[Finding]:
         if g.failed or g.begin is None or g.end is None or not g.nodes:
             continue
         pool = capture_pool(g)
-        own = {a.ptr for a in g.allocs}
         used = Intervals(((a.ptr, a.ptr + a.nbytes), (node, a)) for node in g.nodes for a in node.args if a.nbytes)
         later = replays.get(g.id, [])
         steps = [r.step for r in later]
         reported: set[int] = set()
         for free in frees:
-            if free.step <= g.begin.step or free.pool == pool or free.ptr in own or free.ptr in reported:
+            if free.step <= g.begin.step or free.pool == pool or free.ptr in reported:
                 continue
+            alloc = last_alloc.get(id(free))
+            if alloc is not None and id(alloc) in in_capture:
+                continue                        # a block of a graph pool: not outside every graph's memory
             during = free.step < g.end.step
             after = later[bisect.bisect_right(steps, free.step):]
             if not during and not after:

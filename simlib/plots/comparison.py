@@ -7,7 +7,7 @@ import textwrap
 from matplotlib.figure import Figure
 
 from ..checker import check
-from ..glossary import CAPTURE_ERROR_PREFIX, ILLEGAL_ADDRESS, UNORDERED, badge, term
+from ..glossary import CAPTURE_ERROR_PREFIX, ILLEGAL_ADDRESS, UNORDERED, UNORDERED_MEANS, badge, term
 from ..scenarios import ScenarioResult
 from ..values import render
 from ..verdict import races, verdict
@@ -49,7 +49,8 @@ def _banner(result: ScenarioResult) -> tuple[str, list[tuple[str, str]], str]:
     if said == UNORDERED:
         rules = ", ".join(dict.fromkeys(f"rule {f.rule} ({f.code}) on {f.label!r}"
                                         for f in races(findings)))
-        details += [(term(said).meaning.split(";")[0], "black"), (f"checker: {rules}", "black")]
+        details += [(line, "black") for line in textwrap.wrap(f"{UNORDERED}: {UNORDERED_MEANS}", 80)]
+        details.append((f"checker: {rules}", "black"))
     return head, details, colour
 
 

@@ -57,6 +57,9 @@ def _segments(changes: list[tuple[int, int, bool]], first: int, last: int) -> li
 
 
 _DOT_PT = 6.0
+_TO_COME = tint(GREY, 0.3)           # the names of launches the host has not issued yet
+_TO_COME_BAND = tint(GREY, 0.9)      # the host steps still to come
+_EMPTY_VIEW = tint(DANGER, 0.55)     # zero elements at a real address: empty, but not null
 
 
 def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
@@ -67,11 +70,16 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
     A row per tensor label (by default every label a launch of the capture took
     as an argument; the rows and columns do not change with ``step``); its bar
     changes colour and text where the host repointed it (``set_``, a new
-    allocation), and a dashed line marks a host ``set_`` at that boundary. A dot
-    marks a launch freezing that value: black for a live pointer, white for a
+    allocation), and a dashed line marks a host ``set_`` at that boundary. Pointer
+    0 has its own colour; a tensor of zero elements at a real address (an empty
+    view) another, lighter one, since no launch that reads it faults. A dot marks a
+    launch freezing that value: black for a live pointer, white for a
     null/empty/freed one or a launch the host skipped. The launches name the
-    columns. ``full_pointers`` shows whole addresses (default: where the
-    capture hands a freed block out again); ``takeaway`` replaces the title.
+    columns; before ``step``'s end of the capture, the host steps still to come are
+    shaded and their launches named in grey (what the host will issue, not yet what
+    it froze), so the picture keeps its width as the slider moves.
+    ``full_pointers`` shows whole addresses (default: where the capture hands a
+    freed block out again); ``takeaway`` replaces the title.
     """
     first, last = _window(trace, graph)
     shown = last if step is None else min(step, last)
@@ -79,7 +87,7 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
     pools = {r.ptr: r.pool for r in trace.of(Alloc)}
     history: dict[str, list[tuple[int, int, bool]]] = {}
     freezes: list[tuple[int, str, bool]] = []   # step, label, white (wrong or skipped)
-    columns: list[tuple[int, str, bool]] = []
+    columns: list[tuple[int, str, str]] = []   # step, name, colour
     order: dict[str, None] = {}
     mutations: list[Mutation] = []
     blocks = Blocks()
@@ -88,6 +96,8 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
             break
         if isinstance(r, (Launch, SkippedLaunch)) and r.graph == graph:
             order.update(dict.fromkeys(a.label for a in r.args))
+            if r.step > shown:   # still to come: named, not judged
+                columns.append((r.step, r.kernel, _TO_COME))
         if r.step > shown:
             continue
         blocks.apply(r)
@@ -102,14 +112,15 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
                 history.setdefault(a.label, []).append((r.step, a.ptr, a.numel == 0))
             if r.graph == graph:
                 skipped = isinstance(r, SkippedLaunch)
-                columns.append((r.step, r.kernel, skipped))
+                columns.append((r.step, r.kernel + (" (skipped)" if skipped else ""), GREY if skipped else "black"))
                 for a in r.args:
                     freezes.append((r.step, a.label, skipped or arg_problem(a, blocks) is not None))
     rows = list(labels) if labels is not None else list(order)
 
     title = takeaway or capture_title(until(trace, shown), graph)
     names = max((text_width(n, TEXT_PT, MONO) for n in rows), default=40.0) + 14
-    below = max((text_width(c + " (skipped)", SMALL_PT) for _, c, _ in columns), default=40.0)
+    below = max((text_width(c.removesuffix(" (skipped)") + " (skipped)", SMALL_PT) for _, c, _ in columns),
+                default=40.0)
     title_in = title_inches(title, 13.0)
     head_in, row_in, foot_in = title_in + 0.8, 0.27, 0.3 + (below * 0.82 + 14) / 72
     height = head_in + row_in * max(len(rows), 3) + foot_in
@@ -121,17 +132,20 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
     p.lane_names(rows)
     px = p.points_per_unit()[0]
     row_of = {label: i for i, label in enumerate(rows)}
+    if shown < last:
+        p.bars([(shown + 0.5, last - shown)], (len(rows) - 1) / 2, max(len(rows), 1), _TO_COME_BAND,
+               gid="to-come", zorder=0)
     cells: list[Label] = []
     pooled: set[str | None] = set()
-    any_empty = False
+    kinds: set[str] = set()   # "null", "empty view"
     for label, y in row_of.items():
         segments = _segments(history.get(label, []), first, shown)
         if not segments:
             continue
         pooled |= {None if empty else _pool_name(pools.get(ptr)) for _, _, ptr, empty in segments}
-        any_empty |= any(empty for *_, empty in segments)
+        kinds |= {"null" if ptr == 0 else "empty view" for _, _, ptr, empty in segments if empty}
         p.bars([(a - 0.5, b - a + 1) for a, b, _, _ in segments], y, 0.8,
-               [DANGER if empty else tint(_pool_colour(pools.get(ptr)), 0.55)
+               [(DANGER if ptr == 0 else _EMPTY_VIEW) if empty else tint(_pool_colour(pools.get(ptr)), 0.55)
                 for _, _, ptr, empty in segments], gid=f"row:{label}")
         dots = sorted(s for s, lb, _ in freezes if lb == label)
         for a, b, ptr, empty in segments:
@@ -139,7 +153,7 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
             x = _free_spot(a, b, dots, (text_width(text, TEXT_PT, MONO) + 4) / px,
                            _DOT_PT / 2 / px)
             if x is not None:
-                cells.append(Label(x, y, text, TEXT_PT, "white" if empty else "black",
+                cells.append(Label(x, y, text, TEXT_PT, "white" if empty and ptr == 0 else "black",
                                    family=MONO))
     p.labels(cells, gid="cells")
     dots = [(s, row_of[lb], white) for s, lb, white in freezes if lb in row_of]
@@ -152,25 +166,28 @@ def pointer_table(trace: Trace, *, graph: int = 0, step: int | None = None,
                    TEXT_PT, DANGER, "bold", va="bottom") for m in mutations]
     marks = [[(m.step - 0.5, -0.5), (m.step - 0.5, len(rows) - 0.5)] for m in mutations]
     if step is not None and step < last:
+        # Named above the table, right of its line: below it the launch names would cross it.
         marks.append([(step + 0.5, -0.5), (step + 0.5, len(rows) - 0.5)])
-        notes.append(Label(step + 0.5, len(rows) - 0.45, f"host step {step}", SMALL_PT, va="top"))
+        notes.append(Label(step + 0.5 + 3 / px, -1.1, f"host step {step}: still to come →", SMALL_PT,
+                           ha="left", va="bottom"))
     p.lines(marks, gid="pointer-marks", colors=[DANGER] * len(mutations) + ["black"] * (
         len(marks) - len(mutations)), linestyles="--", linewidths=1.2, zorder=4)
     p.labels(notes, gid="pointer-notes")
-    p.labels([Label(s, -0.01, name + (" (skipped)" if skipped else ""), SMALL_PT,
-                    GREY if skipped else "black", ha="right", rotation=55)
-              for s, name, skipped in columns], gid="columns", anchors=p.under)
+    p.labels([Label(s, -0.01, name, SMALL_PT, colour, ha="right", rotation=55)
+              for s, name, colour in columns], gid="columns", anchors=p.under)
     whites = {white for *_, white in dots}
     draw_legend(fig, [key for shown_, key in (
         ("default" in pooled, Key("eager pool", "s", tint(_pool_colour("default"), 0.55))),
         ("graph" in pooled, Key("graph's private pool", "s", tint(_pool_colour("graph0"), 0.55))),
         ("unknown" in pooled, Key("pool not recorded", "s", tint(GREY, 0.55))),
-        (any_empty, Key("0x0 / empty", "s", DANGER)),
+        ("null" in kinds, Key("0x0 (null, empty)", "s", DANGER)),
+        ("empty view" in kinds, Key("empty at a live address (0 elements)", "s", _EMPTY_VIEW)),
         (False in whites, Key("a launch froze a live pointer", "o", "black", "black")),
         (True in whites, Key("froze null / empty / freed, or was skipped", "o", "white", "black")),
     ) if shown_], left, 1 - (title_in * 72 + 12) * pt, width=0.98 - left)
+    to_come = "; shaded: host steps still to come, their launches in grey" if shown < last else ""
     draw_labels(fig, [Label(0.5, 6 * pt, f"host steps {first}–{last} of the capture; each "
-                            "column is a launch the capture froze", TEXT_PT, va="bottom")],
+                            f"column is a launch the capture froze{to_come}", TEXT_PT, va="bottom")],
                 fig.transFigure, gid="caption")
     draw_title(fig, title)
     return fig

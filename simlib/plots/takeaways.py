@@ -31,7 +31,7 @@ def _launches(n: int) -> str:
 
 def _race_words(found: Sequence[Finding]) -> str:
     rules = "; ".join(dict.fromkeys(f"rule {f.rule}, {f.code}" for f in found))
-    return f"{badge(UNORDERED)} the hardware has not lost yet (checker: {rules})"
+    return f"{badge(UNORDERED)} the checker finds ({rules})"
 
 
 def capture_takeaway(records: Sequence[Record], graph: int) -> str | None:

@@ -219,21 +219,24 @@ def _replay_panel(p: Panel, trace: Trace, records: Sequence[Record], streams: li
 
 def _late_start_notes(p: Panel, trace: Trace, spans: Sequence[DeviceSpan],
                       lane_of: dict[str, int], t0: float) -> None:
-    """Mark each kernel the executor held back: a dotted span from ready to start, and why."""
+    """Mark each kernel the executor held back: a dotted bracket over the ~8 µs the note names,
+    from the replay's start (when the executor begins, and the late start is counted from)
+    to the kernel's start, and why."""
     late = late_starts(trace, spans)
     if not late:
         return
-    # A bracket over the wait, from the row above the lanes (``timeline`` makes room for it)
-    # down to the held-back bar's lane, and the reason on that row.
+    # A bracket on the row above the lanes (``timeline`` makes room for it): a tick at the
+    # replay's start, a leg down to the held-back bar, and the reason on that row.
     row = p.ylim[1] + 0.3
     lines, notes = [], []
-    for s, ready in late:
+    for s, _ready in late:
         lane = lane_of[s.stream]
-        a, b = ready - t0, s.start_us - t0
-        lines += [[(a, row), (b, row)], [(a, row), (a, lane)], [(b, row), (b, lane - _BAR_H / 2)]]
-        notes.append(Label(a, row - 0.05, "graph executor opens a second stream: "
-                           f"{late_words(trace)} late start", TEXT_PT, DANGER, ha="left",
-                           va="bottom"))
+        b = s.start_us - t0
+        lines += [[(0.0, row), (b, row)], [(0.0, row), (0.0, row - 0.15)], [(0.0, row), (0.0, row + 0.15)],
+                  [(b, row), (b, lane - _BAR_H / 2)]]
+        notes.append(Label(0.0, row - 0.05, "graph executor opens a second stream: "
+                           f"{late_words(trace)} late start, counted from the replay's start", TEXT_PT,
+                           DANGER, ha="left", va="bottom"))
     p.lines(lines, gid="late-start", colors=DANGER, linewidths=1.2, linestyles=":", zorder=3)
     p.labels(notes, gid="late-start-notes")
 

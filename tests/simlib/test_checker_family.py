@@ -214,6 +214,15 @@ def test_blocks_of_the_graphs_own_pool_are_not_freed_under_it():
     assert 10 not in codes(t.check())
 
 
+def test_a_block_of_another_graphs_capture_is_graph_memory_whatever_its_pool_is_called():
+    t = Tracer()
+    t.capture(0, lambda: (t.alloc(5, P, pool="tree_pool"), t.launch("f", arg(5, P, "w"))))
+    t.capture(1, lambda: t.launch("g", arg(5, P)))          # a recorder that did not say the pool is shared
+    t.free(P, pool="tree_pool")
+    t.replay(1, 0)
+    assert 10 not in codes(t.check())
+
+
 def test_pointer_zero_is_not_skipped():
     t = Tracer()
     workspace_graph(t, free_during=True, ptr=0)
@@ -301,7 +310,7 @@ def test_an_update_in_place_by_the_other_graph_is_not_a_clobber():
     t = Tracer()
     t.capture(0, lambda: (t.alloc(3, P, pool=graph_pool(0), label="cache"),
                           t.launch("append", arg(3, P, "rw", label="cache"))))
-    t.capture(1, lambda: t.launch("append2", arg(3, P, "rw", label="cache")))
+    t.capture(1, lambda: t.launch("append2", arg(3, P, label="cache"), arg(3, P, "w", label="cache")))
     for order in ((0, 1, 0), (1, 0, 1)):
         for i, gid in enumerate(order):
             t.replay(gid, i)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from simlib import explorer
+from simlib.glossary import UNORDERED_MEANS
 from simlib.png import small_png
 from simlib.spec import MoEConfig
 from simlib.trace import Capture, Mutation
@@ -158,8 +159,7 @@ def test_changing_the_order_resimulates_and_refits_the_slider(ex):
     result = explorer.scenario(INCIDENT.with_(order="shared_first"))
     assert ex.config.order == "shared_first" and ex.redraws == 2
     assert (ex.slider.min, ex.slider.max) == capture_steps(result)
-    assert ex.status[0] == ("shared_first/static_buffer/always: correct on every replay we ran, "
-                            "but unordered: a race the hardware has not lost yet")
+    assert ex.status[0] == f"shared_first/static_buffer/always: unordered: {UNORDERED_MEANS}"
     assert ex.status[-1] == "checker: 1 warning (rule 4 reuse_after_free)"
 
 
@@ -182,6 +182,16 @@ def test_set_changes_several_controls_with_one_redraw(ex):
         ex.set(step="nowhere")
     with pytest.raises(ValueError, match="unknown control"):
         ex.set(colour="red")
+
+
+def test_a_value_a_control_does_not_take_is_one_clear_line_that_names_the_choices(ex):
+    before = (ex.config, ex.step, ex.redraws)
+    with pytest.raises(ValueError) as error:
+        ex.set(order="bogus", dispose="never")
+    assert str(error.value) == "order='bogus' is not one of its values; use one of 'shared_first', 'routed_first'"
+    with pytest.raises(ValueError, match=r"clone=1 is not one of its values; use one of False, True"):
+        ex.set(clone=1)
+    assert (ex.config, ex.step, ex.redraws) == before   # nothing half-set, nothing redrawn
 
 
 def test_a_failed_capture_still_has_a_slider_and_says_why(ex):

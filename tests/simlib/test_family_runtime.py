@@ -107,3 +107,17 @@ def test_any_other_error_ends_the_capture_and_goes_on(rt):
         with rt.graph():
             raise KeyError("host bug")
     assert [r for r in rt.trace.of(Capture) if r.op == "end"][-1].error == "aborted"
+
+
+def test_a_trace_with_calls_exports_and_round_trips_with_its_findings():
+    from simlib.checker import check
+    from simlib.export import to_chrome_trace
+    from simlib.gallery import CASES
+    from simlib.trace import Trace
+
+    run = CASES["host_scalar_frozen"].run()
+    trace = run.result.trace
+    marks = [e["name"] for e in to_chrome_trace(trace)["traceEvents"] if e.get("cat") == "call"]
+    assert marks[:2] == ["warmup call 0 begins", "warmup call 0 ends"] and "capture call 2 begins" in marks
+    again = Trace.from_json(trace.to_json())
+    assert [f.code for f in check(again)] == run.rules == ["frozen_host_value"]

@@ -110,8 +110,8 @@ def problems(markdown: str) -> list[str]:
         if (SHARED_FIRST.search(sentence) and BARE_VERDICT.search(sentence)
                 and not RACE.search(sentence) and not KEEPS_X_ALIVE.search(sentence)):
             word = BARE_VERDICT.search(sentence).group(0)
-            found.append(f"calls shared-first {word!r} without saying it is `unordered` (a race "
-                         f"the hardware has not lost yet): {sentence!r}")
+            found.append(f"calls shared-first {word!r} without saying it is `unordered` (two "
+                         f"accesses to the same memory that nothing orders): {sentence!r}")
     return found
 
 
@@ -132,8 +132,8 @@ MUST_FAIL = {
     "a second sentence": "Routed first is silently wrong. Shared first replays correctly.",
 }
 MUST_PASS = {
-    "the glossary's answer": "Shared first is `unordered`: correct on every replay we ran, but a "
-                             "race the hardware has not lost yet.",
+    "the glossary's answer": "Shared first is `unordered`: the graph has two accesses to the same "
+                             "memory that nothing orders.",
     "a replay and its race": "The H200's replays of shared first were correct, and the checker "
                              "finds a race on x's block.",
     "a fix that keeps x alive": "With `dispose=\"skip_in_capture\"`, shared first is correct too.",

@@ -261,3 +261,26 @@ def test_both_lab_notebooks_ask_the_same_questions():
                 if c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## Exercise")]
     assert prose("06-lab.ipynb") == prose("06-lab-solutions.ipynb")
     assert len(prose("06-lab.ipynb")) == len(lab.EXERCISES)
+
+
+def test_every_section_a_hint_sends_the_learner_to_exists():
+    headings = {}
+    for path in NOTEBOOKS.glob("0*.ipynb"):
+        cells = json.loads(path.read_text())["cells"]
+        headings[path.stem] = {line.lstrip("#").strip() for c in cells if c["cell_type"] == "markdown"
+                               for line in "".join(c["source"]).splitlines() if line.startswith("#")}
+    looked_up = 0
+    for key, where in lab.READ.items():
+        for notebook, sections in re.findall(r"(0\d-[a-z-]+), sections? ((?:'[^']+'(?: and )?)+)", where):
+            for section in re.findall(r"'([^']+)'", sections):
+                assert section in headings[notebook], f"READ[{key!r}]: {notebook} has no section {section!r}"
+                looked_up += 1
+    assert looked_up == len(re.findall(r"'[^']+'", " ".join(lab.READ.values())))   # none escaped the pattern
+
+
+@pytest.mark.parametrize("number, answer, opens", [(6, "skip_in_capture", "skip_in_capture "), (6, "never", "never "),
+                                                   (4, "x2", "x2 "), (4, "0", "The buffer")])
+def test_a_hint_keeps_an_identifier_as_written_and_capitalises_prose(number, answer, opens):
+    with pytest.raises(lab.WrongAnswer) as wrong:
+        lab.check(number, answer)
+    assert str(wrong.value).split("not yet. ", 1)[1].startswith(opens)

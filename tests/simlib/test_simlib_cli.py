@@ -11,6 +11,7 @@ import pytest
 
 from simlib import scenarios
 from simlib.__main__ import main
+from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, UNORDERED, words
 from simlib.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
 
 
@@ -194,6 +195,13 @@ def test_check_of_the_reorder_fix_gives_the_verdict_unordered_and_exits_0(capsys
     first = capsys.readouterr().out.splitlines()[0]
     assert first.endswith("simulated outcome: unordered (its replays: correct, but the graph leaves a race; "
                           "see below)")
+
+
+def test_json_of_the_reorder_fix_carries_the_verdict_in_the_texts_word(capsys):
+    data = findings_json(capsys, "--order", "shared_first")
+    assert (data["exit"], data["outcome"], data["verdict"]) == (0, CORRECT, UNORDERED)
+    assert data["source"].split("simulated outcome: ")[1].startswith(words(data["verdict"]))
+    assert findings_json(capsys, "--shared-mode", "raw_kernel")["verdict"] == ILLEGAL_ADDRESS
 
 
 def test_headline_that_cannot_write_its_folder_exits_2_without_a_traceback(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from gpu_demo.cli.main import _config, build_parser, main  # noqa: E402
 from simlib.spec import MoEConfig  # noqa: E402
@@ -96,3 +96,85 @@ def test_a_long_run_shows_a_few_errors_and_how_many_replays_were_wrong():
 
     assert _errors_cell([0.0, 0.0, 0.0], 1e-2) == "0 0 0"
     assert _errors_cell([0.0] * 150 + [0.5, float("nan")] + [None], 1e-2) == "0 0 0 0 ... (3 of 153 wrong)"
+
+
+# -- issue 25: a newcomer's pass over the command line -------------------------------------
+
+def test_a_bad_value_is_reported_under_the_subcommands_usage(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--layers", "0"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("usage: python -m gpu_demo run ")
+    assert lines[-1] == "python -m gpu_demo run: error: layers must be a positive integer, got 0"
+
+
+@pytest.mark.parametrize("command", sorted(subparsers(build_parser())))
+def test_every_subcommand_help_page_has_a_description(command):
+    sub = subparsers(build_parser())[command]
+    assert sub.description and sub.description[0].isupper(), f"{command} has no description"
+    assert " ".join(sub.description.split()) in " ".join(sub.format_help().split())
+
+
+def options(command: str) -> set[str]:
+    sub = subparsers(build_parser())[command]
+    return {s for a in sub._actions for s in a.option_strings}
+
+
+def test_bench_offers_only_the_sizes_of_the_program_it_times():
+    # Bench times the correct one-layer program: the order, the dispose policy, the layer
+    # count or the replays of `run` would be ignored there, so they are not offered.
+    assert {"--tokens", "--hidden", "--intermediate", "--experts", "--top-k", "--dtype", "--seed"} <= options("bench")
+    assert not {"--order", "--dispose", "--shared-mode", "--layers", "--replays", "--inputs", "--pdl"} & options("bench")
+    assert build_parser().parse_args(["bench"]) is not None
+    assert _config(build_parser().parse_args(["bench", "--tokens", "8"])) == MoEConfig(tokens=8)
+
+
+def test_decode_offers_no_replay_or_capture_mode_flags_and_its_suite_flags_need_single(capsys):
+    assert not {"--replays", "--inputs", "--capture-mode"} & options("decode")
+    assert {"--order", "--layers", "--steps", "--single"} <= options("decode")
+    with pytest.raises(SystemExit) as exit_:
+        main(["decode", "--order", "shared_first"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("usage: python -m gpu_demo decode ")
+    assert lines[-1].startswith("python -m gpu_demo decode: error: --order only with --single")
+
+
+@pytest.mark.parametrize("argv, kind", [(["run", "--matrix"], "matrix"), (["decode"], "decode"),
+                                        (["bench"], "bench"), (["bench", "--pdl-only"], "pdl")])
+def test_the_committed_results_are_not_overwritten_without_out(monkeypatch, tmp_path, capsys, argv, kind):
+    import gpu_demo.cli.main as cli
+
+    committed = tmp_path / f"{kind}-h200.json"
+    committed.write_text("{}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cli, "default_path", lambda k: tmp_path / f"{k}-h200.json")
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"gpu_demo {argv[0]}: {committed} is already there (the committed results); "
+                    "pass --out FILE, that path itself to replace them")
+    assert committed.read_text() == "{}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a seat without CUDA answers")
+@pytest.mark.parametrize("argv, first", [
+    (["fidelity"], "| scenario | simulator predicts | H200 showed | agree | checker |"),
+    (["corpus", "--summary"], "On the NVIDIA H200 ("),
+    (["recorder-overhead", "--dry-run", "--layers", "1", "--repeats", "1"], "stack "),
+    (["record", "--dry-run", "--dispose", "skip_in_capture"], "routed_first/static_buffer/skip_in_capture: a CPU dry run only"),
+    (["check", "gpu_demo.corpus.safe_single_stream:make"], "gpu_demo.corpus.safe_single_stream:make: "),
+])
+def test_the_commands_the_epilog_says_run_on_a_cpu_do(capsys, argv, first):
+    assert argv[0] in build_parser().epilog
+    # check runs without CUDA: it passes on a GPU seat, and on a CPU it answers NOT CHECKED ON A GPU (4)
+    assert main(argv) in ((0, 4) if argv[0] == "check" else (0,))
+    assert capsys.readouterr().out.splitlines()[0].startswith(first)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="what a seat without CUDA answers")
+@pytest.mark.parametrize("command", ["run", "bench", "decode", "corpus", "recorder-overhead", "record"])
+def test_every_other_command_says_it_needs_cuda_in_one_line(capsys, command):
+    assert main([command]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"gpu_demo {command}: needs a CUDA GPU and none is visible")

@@ -197,7 +197,7 @@ def test_a_built_wheel_puts_the_pth_at_the_top_of_site_packages(tmp_path):
     assert done.returncode == 0, done.stderr
     wheel = tmp_path / done.stdout.strip().splitlines()[-1]
     names = zipfile.ZipFile(wheel).namelist()
-    assert "capture_order_check.pth" in names and "gpu_demo/autocheck.py" in names
+    assert "capture_order_check.pth" in names and "gpu_demo/autocheck/__main__.py" in names
 
 
 # -- whole process, on a GPU ------------------------------------------------------------------
@@ -237,3 +237,51 @@ def test_a_checked_process_records_its_eager_calls_and_a_real_capture(program, h
     (rules,) = [ast.literal_eval(line.split(":", 1)[1]) for line in done.stdout.splitlines()
                 if line.startswith("rules:")]
     assert (1 in rules) if hazardous else rules == [], done.stdout + done.stderr
+
+
+# -- python -m gpu_demo.autocheck script.py behaves like python script.py -----------------------
+
+NEIGHBOUR_SCRIPT = """
+import pickle, sys
+import neighbour
+import __main__
+
+class Point:
+    pass
+
+print("path0", sys.path[0])
+print("main", __main__.__file__ == __file__, pickle.loads(pickle.dumps(Point())).__class__.__module__)
+print("neighbour", neighbour.VALUE)
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 5])
+def test_the_module_runs_a_script_exactly_as_python_does(code, tmp_path):
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "neighbour.py").write_text("VALUE = 42\n")
+    (folder / "serve.py").write_text(NEIGHBOUR_SCRIPT)
+    plain = _run([str(folder / "serve.py"), str(code)], None, tmp_path)
+    checked = _run(["-m", "gpu_demo.autocheck", str(folder / "serve.py"), str(code)], "1", tmp_path)
+    assert checked.returncode == plain.returncode == code, checked.stderr
+    assert checked.stdout == plain.stdout and f"path0 {folder}" in checked.stdout
+    assert "main True __main__" in checked.stdout and "neighbour 42" in checked.stdout
+    assert "RuntimeWarning" not in checked.stderr and "runpy" not in checked.stderr
+
+
+def test_an_uncaught_exception_exits_1_with_the_scripts_own_traceback(tmp_path):
+    (tmp_path / "broken.py").write_text("def go():\n    raise KeyError('boom')\ngo()\n")
+    done = _run(["-m", "gpu_demo.autocheck", "broken.py"], None, tmp_path)
+    assert done.returncode == 1 and done.stderr.strip().endswith("KeyError: 'boom'")
+    assert 'broken.py", line 3' in done.stderr and "autocheck" not in done.stderr
+
+
+def test_a_missing_script_is_one_line_and_exit_2_and_help_is_real_help(tmp_path):
+    missing = _run(["-m", "gpu_demo.autocheck", "nope.py"], None, tmp_path)
+    assert missing.returncode == 2 and missing.stdout == ""
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith("python -m gpu_demo.autocheck: can't open file") and "nope.py" in line
+    helped = _run(["-m", "gpu_demo.autocheck", "--help"], None, tmp_path)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: python -m gpu_demo.autocheck")
+    assert "--strict" in helped.stdout and "sys.path[0]" in helped.stdout
