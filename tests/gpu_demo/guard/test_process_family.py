@@ -207,3 +207,21 @@ def test_make_graphed_callables_is_checked_through_capture_checked(drifting):
     captures = [r for r in checked.trace.records if type(r) is Capture and r.op == "begin"]
     assert len(captures) == 2 and captures[1].pool == "graph0"   # forward and backward, one pool
     assert rules(checked) == ({"frozen_host_value"} if drifting else set())
+
+
+def test_the_whole_process_check_records_eager_work_from_its_start_and_ends_quietly_without_a_capture():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = ("import torch\n"
+               "from gpu_demo.guard.process import check_process\n"
+               "checker = check_process()\n"
+               "x = torch.randn(4)\n"
+               "(x * 2).relu()\n"
+               "print([r.kernel.split('.')[1] for r in checker.recorder.trace.records if hasattr(r, 'kernel')])\n")
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          cwd=repo, env={"PYTHONPATH": str(repo), "PATH": ""})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.strip() == "['randn', 'mul', 'relu']"
