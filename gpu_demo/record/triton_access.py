@@ -25,7 +25,7 @@ parameter is ``rw``. A parameter none of this touches is ``r``.
 How far a kernel reaches through a pointer is read off the same source where
 it can be bounded: when every load and store through parameter ``p`` is at
 ``p + offs`` (directly, or through a name assigned that once) under
-``mask=offs < n`` with ``n`` a size parameter (not a ``tl.constexpr``), the
+``mask=offs < n`` (or a mask assigned that once) with ``n`` a size parameter (not a ``tl.constexpr``), the
 kernel touches at most the first ``n`` elements behind ``p``, the grid
 assumed to cover the mask (``triton.cdiv(n, BLOCK)`` programs), and
 ``KernelAccess.extents[p]`` is ``n``: the recorder then freezes ``p``'s extent as
@@ -157,6 +157,8 @@ def _bound(pointer: ast.expr, mask: ast.expr | None, once: dict[str, ast.expr], 
     """``n`` when ``pointer`` is ``p + offs`` and ``mask`` is ``offs < n`` (``n`` a size parameter)."""
     if isinstance(pointer, ast.Name) and pointer.id in once:
         pointer = once[pointer.id]
+    if isinstance(mask, ast.Name) and mask.id in once:   # mask = offs < n, then mask=mask
+        mask = once[mask.id]
     if mask is None or not (isinstance(pointer, ast.BinOp) and isinstance(pointer.op, ast.Add)):
         return None
     if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(mask.ops[0], ast.Lt)

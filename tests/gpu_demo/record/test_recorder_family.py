@@ -184,6 +184,9 @@ def test_a_size_argument_in_every_mask_bounds_the_kernels_reach_through_each_poi
     assert access.extents == {"src_ptr": "n", "dst_ptr": "n"}
     unbounded = COPY_KERNEL.replace("tl.store(dst_ptr + offs, x, mask=offs < n)", "tl.store(dst_ptr + offs, x)")
     assert access_of(unbounded, ("src_ptr", "dst_ptr", "n", "BLOCK")).extents == {"src_ptr": "n"}
+    named_mask = COPY_KERNEL.replace("x = tl.load(src_ptr + offs, mask=offs < n)",
+                                     "mask = offs < n\n    x = tl.load(src_ptr + offs, mask=mask)")
+    assert access_of(named_mask, ("src_ptr", "dst_ptr", "n", "BLOCK")).extents == {"src_ptr": "n", "dst_ptr": "n"}
     by_constexpr = COPY_KERNEL.replace("offs < n", "offs < BLOCK")
     assert access_of(by_constexpr, ("src_ptr", "dst_ptr", "n", "BLOCK")).extents == {}
 
