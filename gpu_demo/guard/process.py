@@ -91,6 +91,7 @@ class CaptureChecker:
     _reported: set[tuple[Any, ...]] = field(default_factory=set)
     _checked_upto: int = 0
     _last_replayed: int | None = None
+    _freed_since_replay: bool = False   # a block a graph uses was freed, and no replay was checked since
     _graph_ranges: list[tuple[int, int]] = field(default_factory=list)   # sorted (lo, hi) the graphs touch
 
     def __post_init__(self) -> None:
@@ -125,7 +126,8 @@ class CaptureChecker:
         records = self.recorder.trace.records
         since = records[self._checked_upto:]
         other, self._last_replayed = self._last_replayed not in (None, graph), graph
-        if other or any(type(r) is Free and self._touched(r.ptr, r.nbytes) for r in since):
+        if other or self._freed_since_replay or any(type(r) is Free and self._touched(r.ptr, r.nbytes) for r in since):
+            self._freed_since_replay = False
             replay = records[-1]
             index = replay.index if type(replay) is Replay else "?"
             self._check(graph, records, f"replay #{index} of graph {graph}", "", None)
@@ -138,6 +140,9 @@ class CaptureChecker:
     def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
                *, always: bool = False) -> None:
         trace = Trace(records=self.recorder.finished(records), meta=dict(self.recorder.trace.meta))
+        if graph is not None and not what.startswith("replay"):   # a free the next replay must be checked after
+            self._freed_since_replay |= any(type(r) is Free and self._touched(r.ptr, r.nbytes)
+                                            for r in self.recorder.trace.records[self._checked_upto:])
         found = [f for f in check(trace) if _key(f) not in self._reported]
         self._reported.update(_key(f) for f in found)
         self._checked_upto = len(self.recorder.trace.records)
@@ -175,9 +180,12 @@ class CaptureChecker:
 
     def _trim(self, cut: int) -> None:
         """Whole-process checking: drop the eager records before index ``cut``; every capture's
-        and replay's records stay (the rules at later replays need them)."""
+        and replay's records stay, and so does every free of memory a graph uses (the rules at
+        later replays need them: a workspace grown by ``resize_()`` in the next batch size's
+        warm-up frees the block the last graph reads)."""
         records = self.recorder.trace.records
-        kept = [r for r in records[:cut] if type(r) in (Capture, Replay) or getattr(r, "graph", None) is not None]
+        kept = [r for r in records[:cut] if type(r) in (Capture, Replay) or getattr(r, "graph", None) is not None
+                or (type(r) is Free and self._touched(r.ptr, r.nbytes))]
         self.recorder.trace.records = kept + records[cut:]
         self._checked_upto = len(self.recorder.trace.records)
 

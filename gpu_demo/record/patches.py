@@ -41,6 +41,8 @@ class PatchListener(Protocol):
 
     def on_replay(self, graph: object) -> None: ...
 
+    def on_pool_routing(self, pool: object, begin: bool) -> None: ...
+
     def resizing(self, storage: torch.UntypedStorage) -> ContextManager[None]: ...
 
     def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
@@ -129,6 +131,19 @@ def _replay(original: Callable[..., Any]) -> Callable[..., Any]:
     return replay
 
 
+def _pool_routing(begin: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``torch._C._cuda_beginAllocateCurrentThreadToPool`` / ``_cuda_endAllocateToPool``: eager
+    allocations routed into a graph's pool (``torch.compile``'s CUDA-graph trees warm up so,
+    and ``torch.cuda.use_mem_pool``), so their blocks are booked to that pool, not the default."""
+    def wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
+        def route(device: Any, pool: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(device, pool, *args, **kwargs)
+            _notify(lambda listener: listener.on_pool_routing(pool, begin))
+            return out
+        return route
+    return wrapper
+
+
 def _storage_resize(original: Callable[..., Any]) -> Callable[..., Any]:
     def resize_(self: torch.UntypedStorage, size: int) -> Any:
         with ExitStack() as stack:
@@ -177,6 +192,9 @@ def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
     targets = [(graph, "capture_begin", _capture_begin), (graph, "capture_end", _capture_end),
                (graph, "replay", _replay), (torch.cuda.graphs.graph, "__exit__", _graph_exit),
                (torch.UntypedStorage, "resize_", _storage_resize)]
+    targets += [(torch._C, name, _pool_routing(begin)) for name, begin in
+                (("_cuda_beginAllocateCurrentThreadToPool", True), ("_cuda_beginAllocateToPool", True),
+                 ("_cuda_endAllocateToPool", False)) if hasattr(torch._C, name)]
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:  # no Triton (a CPU install): nothing launches through it

@@ -216,6 +216,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._pending = _Pending()
         self._allocated_from: dict[int, str] = {}   # block address -> pool of its Alloc (``_free``)
         self._pool_names: dict[Any, str] = {}        # a CUDAGraph.pool() handle -> its pool name
+        self._eager_pool: str | None = None          # the pool eager allocations are routed to (``on_pool_routing``)
         self.on_allocated: Callable[[int], Any] | None = None   # see ``_route_allocations``
         self._stream_keys: dict[int, str] = {}   # raw stream -> its key (``_stream``), until a capture begins or ends
         self._marked: set[int] = set()           # raw streams an ``annotate`` mark has named
@@ -363,7 +364,19 @@ class CaptureRecorder(QuickDispatchMode):
 
     def on_capture_end(self, cuda_graph: object, error: BaseException | None) -> None:
         if self._open is not None and not self._open.by_hand:
+            opened = self._open
             self._end(error)
+            if error is None:   # ``pool()`` answers only once a capture has ended
+                self._own_pool(cuda_graph, opened.graph, opened.pool)
+
+    def on_pool_routing(self, pool: object, begin: bool) -> None:
+        """Eager allocations go to graph pool ``pool`` from now on (``begin``), or no longer:
+        their blocks are that pool's, named as a capture into it will be."""
+        if not begin:
+            self._eager_pool = None
+            return
+        key = _pool_key(pool)
+        self._eager_pool = self._pool_names.setdefault(key, f"mempool{len(self._pool_names)}")
 
     def on_replay(self, cuda_graph: object) -> None:
         graph = self._graph_of.get(id(cuda_graph))
@@ -587,8 +600,8 @@ class CaptureRecorder(QuickDispatchMode):
             self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
             return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
-        if self._pending.pointers:
-            self._claim_allocations(made_by(out, tensors_of(plan, args, kwargs)))
+        if self._pending.pointers or plan.allocates:
+            self._claim_allocations(made_by(out, tensors_of(plan, args, kwargs)), fresh=plan.allocates)
         return out
 
     def _op(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
@@ -744,19 +757,23 @@ class CaptureRecorder(QuickDispatchMode):
 
     # -- memory ------------------------------------------------------------------
 
-    def _claim_allocations(self, results: list[torch.Tensor]) -> None:
+    def _claim_allocations(self, results: list[torch.Tensor], fresh: bool = False) -> None:
         """``Alloc`` for each block the runtime handed out during this op, sized by the
         result tensor that got it; a block no result got (scratch) has no known size.
-        (A launching op claims its outputs' blocks in ``_arg``.)"""
+        (A launching op claims its outputs' blocks in ``_arg``.) ``fresh``: the op is a
+        factory, so a CUDA result's block is new even when no allocation report named it
+        (on the H200 none comes for a factory's block inside a capture: a lazily made cache,
+        ``torch.compile``'s ``empty_strided`` outputs)."""
         pending = self._pending.pointers
-        if not pending:
+        if not pending and not fresh:
             return
         stream = None
         for t in results:
             storage = t.untyped_storage()
             ptr = storage.data_ptr()
-            if ptr in pending:
-                pending.remove(ptr)
+            if ptr in pending or (fresh and ptr and t.is_cuda and storage.nbytes()):
+                if ptr in pending:
+                    pending.remove(ptr)
                 nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
                 handle = self._handle(t)
                 self._blocks[ptr] = (nbytes, handle)
@@ -781,7 +798,7 @@ class CaptureRecorder(QuickDispatchMode):
     def _pool(self) -> str:
         """The pool an allocation now comes from: the open capture's (its own, or the one it shares)."""
         if self.graph is None:
-            return DEFAULT_POOL
+            return self._eager_pool or DEFAULT_POOL
         return self._open.pool if self._open is not None and self._open.pool else graph_pool(self.graph)
 
     # -- small helpers -----------------------------------------------------------

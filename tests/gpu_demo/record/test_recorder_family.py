@@ -207,3 +207,25 @@ def test_a_kernel_told_to_reach_past_its_tensor_is_an_extent_past_the_storage(n,
     found = {(f.code, f.label) for f in check(recorder.trace)}
     assert (("extent_exceeds_storage", launch.args[0].label) in found) == flagged
     assert not any(label == launch.args[1].label for _, label in found)   # dst holds 32 elements
+
+
+# -- pools -------------------------------------------------------------------------------------
+
+def test_eager_allocations_routed_into_a_graph_pool_are_booked_to_it_and_a_capture_into_it_shares_its_name(streams):
+    # torch.compile's CUDA-graph trees warm up with allocations routed into the pool they then capture into
+    # (torch._C._cuda_beginAllocateCurrentThreadToPool): those blocks are the pool's, not the default pool's.
+    from simlib.trace import Alloc, Capture
+
+    handle = (7, 1)
+    with recording(streams) as recorder:
+        recorder.on_pool_routing(handle, True)
+        routed = torch.ones(64) * 2
+        recorder.on_pool_routing(handle, False)
+        plain = torch.ones(64) * 3
+        graph = object()
+        recorder.on_capture_begin(graph, handle)
+        recorder.on_capture_end(graph, None)
+    pools = {r.ptr: r.pool for r in recorder.trace.of(Alloc)}
+    assert pools[routed.untyped_storage().data_ptr()] == "mempool0"
+    assert pools[plain.untyped_storage().data_ptr()] == "default"
+    assert {r.pool for r in recorder.trace.of(Capture)} == {"mempool0"}
