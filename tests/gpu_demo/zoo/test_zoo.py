@@ -56,8 +56,11 @@ def test_every_zoo_entry_records_clean_on_the_cpu(e):
 def test_the_guard_passes_a_decode_step_as_a_user_would_check_it():
     e = zoo.entry("llama_decode")
     report = check_capture(e.target, isolate=False)   # bfloat16, the guard's default for a factory
-    assert (report.mode, report.problem, report.findings) == ("dry_run", None, []), report.format()
-    assert report.answer == NOT_ON_GPU and not report.passed   # nothing found, and nothing replayed: no pass
+    if torch.cuda.is_available():   # a GPU seat: captured, replayed, and passed
+        assert (report.mode, report.problem, report.findings, report.passed) == ("cuda", None, [], True), report.format()
+    else:                           # a CPU: nothing found, and nothing replayed: no pass
+        assert (report.mode, report.problem, report.findings) == ("dry_run", None, []), report.format()
+        assert report.answer == NOT_ON_GPU and not report.passed
 
 
 @pytest.mark.parametrize("e", zoo.ENTRIES, ids=zoo.NAMES)
