@@ -22,7 +22,9 @@ def test_environment_yml_parses_and_installs_the_project_with_every_extra():
 
 def test_torch_is_pinned_so_every_seat_with_the_gpu_extra_gets_one_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert "torch==2.13.0" in project["optional-dependencies"]["gpu"]
+    assert "torch==2.14.1" in project["optional-dependencies"]["gpu"]
+    # torchvision is built for one torch: its pin must be the one for that torch
+    assert "torchvision==0.29.1" in project["optional-dependencies"]["vision"]
 
 
 def test_the_conda_environment_gets_torchs_cpu_build_and_npm():

@@ -56,6 +56,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     corpus.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of weights and inputs")
     corpus.add_argument("--timeout", type=positive_int, default=300, help="seconds before a child is abandoned")
     corpus.add_argument("--only", nargs="+", metavar="PROGRAM", help="run only these programs (default: every program)")
+    corpus.add_argument("--anchors", action="store_true",
+                        help="also run each program under TORCH_CUDA_SANITIZER=1 and compute-sanitizer memcheck")
     corpus.add_argument("--summary", action="store_true",
                         help="print the README's corpus paragraph from the committed results (no GPU)")
     corpus.set_defaults(handler=_corpus)
@@ -130,7 +132,7 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
     if no_cuda("corpus"):
         return 2
     results = runner.run_corpus(names, jobs=args.jobs, dtype=args.dtype, replays=args.replays,
-                                timeout=args.timeout)
+                                timeout=args.timeout, anchors=args.anchors)
     print(format_table(runner.TABLE_HEADERS, runner.table_rows(results)))
     write_result(args.out or default_path("corpus"), argv,
                  {"dtype": args.dtype, "replays": args.replays, "programs": results})

@@ -1,29 +1,40 @@
-"""Run the corpus on a GPU: what the device did, and what the guard said.
+"""Run the corpus on a GPU: what the device did, and what each mode of the guard said.
 
-For each program, in its own child process (``gpu_demo.protocol.child``):
+For each program, in its own child processes (``gpu_demo.protocol.child``):
 
-* **truth**: build the program twice under one seed (the captured instance and
-  an eager reference that never takes part in the capture, so it cannot repair
-  or spoil the captured static buffers), warm up, capture, and replay with fresh
-  inputs, comparing each replay with the reference run *after* it on the same
-  input (the protocol of ``gpu_demo.moe.harness``). The outcome is a
-  ``simlib.glossary`` word, with the error of every replay;
+* **truth**: for a function, build the program twice under one seed (the
+  captured instance and an eager reference that never takes part in the
+  capture, so it cannot repair or spoil the captured static buffers), warm up,
+  capture, and replay with fresh inputs, comparing each replay with the
+  reference run *after* it on the same input (the protocol of
+  ``gpu_demo.moe.harness``); for a script, its own comparisons with eager. The
+  outcome is a ``simlib.glossary`` word, with the error of every replay;
 * **guard**: ``gpu_demo.guard.check_capture`` on ``gpu_demo.corpus.<name>:make``
-  (recording and checker, plus its own differential replay in its own child).
+  (recording and checker, plus its own differential replay in its own child);
+  a script has no one function to check, so this mode does not apply to it;
+* **process**: the whole-process check (``check_process``, what
+  ``CAPTURE_ORDER_CHECK=1`` starts) over the program run the way a server
+  starts up (``startup.serve``: eager calls, a capture, replays with fresh inputs), or
+  over the script, and the findings of every check it made;
+* **anchors** (``anchors=True``): the program under PyTorch's CUDA sanitizer and
+  compute-sanitizer's memcheck (``gpu_demo.corpus.anchors``).
 
-A program is **flagged** when the guard names its hazard: a checker rule fired,
-or the differential replay showed ``silent_wrong`` or ``illegal_address``, or
-the capture failed and the guard named the CUDA error (``capture_error:<cudaError...>``
-or ``capture_error:shape_mismatch``, classified by ``gpu_demo.protocol.cuda_errors``). A
-capture that failed with an unclassified exception, or a child that died, does
-not count: a crash is not a diagnosis. A safe program must come out clean: no
-finding, verdict ``correct``, and a correct truth.
+A program is **flagged** by ``check_capture`` when the guard names its hazard: a
+checker rule fired, or the differential replay showed ``silent_wrong`` or
+``illegal_address``, or the capture failed and the guard named the CUDA error
+(``capture_error:<cudaError...>`` or ``capture_error:shape_mismatch``, classified by
+``gpu_demo.protocol.cuda_errors``). A capture that failed with an unclassified
+exception, or a child that died, does not count: a crash is not a diagnosis. The
+whole-process check flags a program only by a rule. A safe program must come
+out clean in every mode that applies: no finding, verdict ``correct``, and a
+correct truth.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -31,10 +42,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gpu_demo import corpus
+from gpu_demo.corpus import anchors as anchor_runs
+from gpu_demo.corpus.startup import serve
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.tolerance import DTYPES
+from gpu_demo.protocol.cuda_errors import is_illegal_address, one_line
+from gpu_demo.protocol.tolerance import DTYPES, tolerance_for
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
+from simlib.trace import Capture
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
 NAMED_CAPTURE_ERROR = re.compile(r"^capture_error:(cudaError\w+|shape_mismatch)$")
@@ -61,20 +76,72 @@ def truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]
     return evidence.to_dict()
 
 
+def script_truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """A script's truth: its own comparisons with eager, judged by the dtype's tolerance."""
+    program = corpus.load(payload["name"])
+    dtype = DTYPES[payload["dtype"]]
+    torch.manual_seed(payload["seed"])
+    try:
+        errors: list[float | None] = list(program.run(torch.device("cuda"), dtype))
+    except RuntimeError as exc:
+        if not is_illegal_address(exc):
+            raise
+        return {"ran": True, "outcome": ILLEGAL_ADDRESS, "errors": [None], "message": one_line(exc)}
+    tolerance = tolerance_for(dtype)
+    outcome = CORRECT if all(e <= tolerance for e in errors) else SILENT_WRONG
+    return {"ran": True, "outcome": outcome, "errors": errors, "tolerance": tolerance,
+            "reference": "the script's own eager runs"}
+
+
+def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """The whole-process check over one program (``gpu_demo.protocol.child`` entry; needs CUDA):
+    every check's findings, and what stopped the program if something did."""
+    from gpu_demo.guard.process import check_process
+
+    checker = check_process("warn")
+    program = corpus.load(payload["name"])
+    dtype = DTYPES[payload["dtype"]]
+    problem = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the reports are the result
+        try:
+            if corpus.is_script(payload["name"]):
+                torch.manual_seed(payload["seed"])
+                program.run(torch.device("cuda"), dtype)
+            else:
+                serve(program, dtype, payload["replays"], payload["seed"])
+        except Exception as exc:   # a capture error or a fault is the program's outcome, the checks stand
+            problem = one_line(exc)
+        checker.check_now("when the program ended")   # records only: a faulted context is not touched
+    findings = [f for report in checker.reports for f in report.findings]
+    captures = sum(type(r) is Capture and r.op == "begin" for r in checker.recorder.trace.records)
+    return {"rules": [f"rule {rule} ({code})" for rule, code in sorted({(f.rule, f.code) for f in findings})],
+            "findings": [f.to_dict() for f in findings], "problem": problem, "captures": captures}
+
+
 def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,
-                timeout: float = 300.0) -> dict[str, Any]:
-    """Truth and guard for one program, each in its own process."""
+                timeout: float = 300.0, anchors: bool = False) -> dict[str, Any]:
+    """Truth, ``check_capture`` (functions only), the whole-process check and, with ``anchors``,
+    the two sanitizers, for one program, each in its own process."""
     from gpu_demo.guard.check import check_capture
 
     program = corpus.load(name)
-    truth = run_in_child(f"{__name__}:truth_in_child",
-                         {"name": name, "dtype": dtype, "replays": replays, "seed": seed}, timeout)
+    script = corpus.is_script(name)
+    payload = {"name": name, "dtype": dtype, "replays": replays, "seed": seed}
+    truth = run_in_child(f"{__name__}:{'script_truth_in_child' if script else 'truth_in_child'}", payload, timeout)
     if "child_error" in truth:
         truth = {**truth, "outcome": None, "message": truth["child_error"]["message"]}
-    guard = check_capture(corpus.target(name), replays=replays, dtype=DTYPES[dtype], seed=seed,
-                          timeout=timeout).to_dict()
-    return {"name": name, "expected": program.EXPECTED, "about": (program.__doc__ or "").strip().splitlines()[0],
-            "truth": truth, "guard": guard, "flagged_by": flagged_by(guard)}
+    guard = None if script else check_capture(corpus.target(name), replays=replays, dtype=DTYPES[dtype],
+                                              seed=seed, timeout=timeout).to_dict()
+    process = run_in_child(f"{__name__}:process_in_child", payload, timeout)
+    if "child_error" in process:
+        process = {"rules": [], "findings": [], "problem": process["child_error"]["message"]}
+    result = {"name": name, "kind": "script" if script else "function", "expected": program.EXPECTED,
+              "about": (program.__doc__ or "").strip().splitlines()[0], "truth": truth, "guard": guard,
+              "flagged_by": flagged_by(guard) if guard is not None else None, "process": process}
+    if anchors:
+        result["anchors"] = anchor_runs.run_anchors(name, dtype=dtype, replays=replays, timeout=timeout)
+    return result
 
 
 def run_corpus(names: Sequence[str], jobs: int = 1, **options: Any) -> list[dict[str, Any]]:
@@ -95,21 +162,61 @@ def flagged_by(guard: dict[str, Any]) -> list[str]:
 
 
 def judged(result: dict[str, Any]) -> bool:
-    """Did the guard get this program right? Hazardous: flagged. Safe: clean, and correct on the GPU."""
+    """Did ``check_capture`` get this program right? Hazardous: flagged. Safe: clean, and correct
+    on the GPU. A script (no ``guard``) is judged by the whole-process check alone."""
+    guard = result.get("guard")
+    if guard is None:
+        return judged_by_process(result) is True
     if result["expected"] == corpus.HAZARDOUS:
         return bool(result["flagged_by"])
-    guard = result["guard"]
     return not guard["findings"] and guard["verdict"] == CORRECT and result["truth"].get("outcome") == CORRECT
+
+
+def judged_by_process(result: dict[str, Any]) -> bool | None:
+    """Did the whole-process check get it right? Hazardous: a rule fired. Safe: it saw a capture,
+    found nothing, and the GPU says correct. ``None``: the results hold no whole-process run."""
+    process = result.get("process")
+    if process is None:
+        return None
+    if result["expected"] == corpus.HAZARDOUS:
+        return bool(process["rules"])
+    saw = process.get("captures", 1) > 0
+    return saw and not process["findings"] and result["truth"].get("outcome") == CORRECT
 
 
 # -- output ----------------------------------------------------------------------------------
 
+NOT_RUN = "not run"
+NOT_APPLICABLE = "n/a (a script)"
+
+
 def table_rows(results: list[dict[str, Any]]) -> list[list[str]]:
-    return [[r["name"], r["expected"], _outcome(r["truth"]), r["guard"]["verdict"] or "not replayed",
-             ", ".join(r["flagged_by"]) or "clean", "yes" if judged(r) else "NO"] for r in results]
+    return [[r["name"], r["expected"], _outcome(r["truth"]), _guard_verdict(r), _check_capture_said(r),
+             _process_said(r), "yes" if judged(r) and judged_by_process(r) is not False else "NO"]
+            for r in results]
 
 
-TABLE_HEADERS = ["program", "expected", "GPU truth", "guard verdict", "flagged by", "right"]
+TABLE_HEADERS = ["program", "expected", "GPU truth", "guard verdict", "check_capture flagged by",
+                 "whole-process rules", "right"]
+
+
+def _guard_verdict(result: dict[str, Any]) -> str:
+    guard = result.get("guard")
+    return NOT_APPLICABLE if guard is None else guard["verdict"] or "not replayed"
+
+
+def _check_capture_said(result: dict[str, Any]) -> str:
+    if result.get("guard") is None:
+        return NOT_APPLICABLE
+    return ", ".join(result["flagged_by"]) or "clean"
+
+
+def _process_said(result: dict[str, Any]) -> str:
+    process = result.get("process")
+    if process is None:
+        return NOT_RUN
+    said = ", ".join(process["rules"]) or ("clean" if process.get("captures", 1) else "no capture seen")
+    return f"{said} (stopped: {process['problem']})" if process.get("problem") else said
 
 
 def _outcome(truth: dict[str, Any]) -> str:
@@ -125,20 +232,43 @@ def summary(results: dict[str, Any] | None) -> str:
     if results is None:
         return README_PLACEHOLDER
     programs = results["programs"]
-    hazardous = [r for r in programs if r["expected"] == corpus.HAZARDOUS]
-    safe = [r for r in programs if r["expected"] == corpus.SAFE]
+    functions = [r for r in programs if r.get("guard") is not None]
+    hazardous = [r for r in functions if r["expected"] == corpus.HAZARDOUS]
+    safe = [r for r in functions if r["expected"] == corpus.SAFE]
     by_rule = sum(any(reason.startswith("rule ") for reason in r["flagged_by"]) for r in hazardous)
     p = results["provenance"]
     sentence = (
-        f"On the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), the guard flagged "
+        f"On the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), `check_capture` flagged "
         f"{sum(bool(r['flagged_by']) for r in hazardous)} of {len(hazardous)} hazardous programs "
         f"({by_rule} by a checker rule) and passed {sum(judged(r) for r in safe)} of {len(safe)} safe ones "
-        f"with no finding. GPU truth: each program captured and replayed {results['replays']} times with "
-        f"fresh inputs against an eager reference.")
-    lines = ["| program | expected | GPU truth | guard flagged by |", "|---|---|---|---|"]
-    lines += [f"| `{r['name']}` | {r['expected']} | {_badge(r['truth'])} | {', '.join(r['flagged_by']) or 'clean'} |"
+        f"with no finding. {_process_sentence(programs)} GPU truth: each program captured and replayed "
+        f"{results['replays']} times with fresh inputs against an eager reference (a script: its own "
+        f"comparisons with eager).")
+    missing = [name for name in corpus.PROGRAMS if name not in {r["name"] for r in programs}]
+    if missing:
+        sentence += f" Not run on the GPU yet: {', '.join(f'`{name}`' for name in missing)}."
+    lines = ["| program | expected | GPU truth | `check_capture` flagged by | whole-process rules "
+             "| CUDA sanitizer | compute-sanitizer |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| `{r['name']}` | {r['expected']} | {_badge(r['truth'])} | {_check_capture_said(r)} | "
+              f"{_process_said(r)} | {_anchor(r, 'cuda_sanitizer')} | {_anchor(r, 'compute_sanitizer')} |"
               for r in programs]
     return sentence + "\n\n" + "\n".join(lines)
+
+
+def _process_sentence(programs: list[dict[str, Any]]) -> str:
+    ran = [r for r in programs if r.get("process") is not None]
+    if not ran:
+        return "The whole-process check was not run."
+    hazardous = [r for r in ran if r["expected"] == corpus.HAZARDOUS]
+    safe = [r for r in ran if r["expected"] == corpus.SAFE]
+    return (f"The whole-process check flagged {sum(judged_by_process(r) is True for r in hazardous)} of "
+            f"{len(hazardous)} hazardous programs by a rule and passed {sum(judged_by_process(r) is True for r in safe)} "
+            f"of {len(safe)} safe ones with no finding.")
+
+
+def _anchor(result: dict[str, Any], tool: str) -> str:
+    found = (result.get("anchors") or {}).get(tool)
+    return found["verdict"] if found else NOT_RUN
 
 
 def _badge(truth: dict[str, Any]) -> str:

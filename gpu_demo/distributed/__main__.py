@@ -98,4 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Leave without the interpreter's teardown: once the recorder has switched CUDA's trace
+    # reports on, every block freed during teardown calls back into a Python that can no
+    # longer import ("CUDA trace hook execution failed: KeyError: '__import__'").
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -26,6 +26,9 @@ from simlib.spec import MoEConfig
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_demo.distributed.example")
     parser.add_argument("--order", choices=("shared_first", "routed_first"), default="shared_first")
+    # The default is a fix (skip the dispose while capturing): shared_first with the dispose is
+    # the incident's race (rule 4, unordered), on one GPU and on each rank alike.
+    parser.add_argument("--dispose", choices=("always", "skip_in_capture", "own_buffer"), default="skip_in_capture")
     parser.add_argument("--shards", choices=SHARDS, default="even")
     parser.add_argument("--skip-empty-shard", action="store_true", help="the hazard: leave the all-reduce out")
     parser.add_argument("--replays", type=int, default=3)
@@ -41,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         dist.destroy_process_group()
         return 2
-    config, settings = MoEConfig(order=args.order), RunSettings(device="cuda")
+    config, settings = MoEConfig(order=args.order, dispose=args.dispose), RunSettings(device="cuda")
     model = TensorParallelMoE(config, settings, plan)
     x = settings.random(config.tokens, config.hidden, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

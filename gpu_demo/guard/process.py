@@ -1,23 +1,38 @@
 """Checking captures as a program makes them: ``capture_checked()`` and the whole process.
 
-``capture_checked()`` records everything inside its ``with`` block (warm-up
-too) and, at the end of each capture, runs ``simlib.checker`` on what was
-recorded of that graph. A hazard raises ``AssertionError`` with the report when
-the block exits (``on_hazard="warn"`` warns a ``CaptureHazardWarning`` instead;
-``strict=True`` counts the checker's warnings, the races, as hazards too).
+``capture_checked()`` records everything inside its ``with`` block: the eager
+calls before a capture, the capture, and the replays, frees and eager work
+after it. It runs ``simlib.checker`` on what was recorded at the end of each
+capture, again at a replay when something a rule follows has happened since
+the last check (a block a graph uses was freed, or another graph replayed),
+and once more when the block exits. Each finding is reported once, at the
+first check that sees it. A hazard raises ``AssertionError`` with the report
+when the block exits (``on_hazard="warn"`` warns a ``CaptureHazardWarning``
+at once instead, pointing at the user's line that ended the capture or
+replayed the graph; ``strict=True`` counts the checker's warnings, the races,
+as hazards too).
+
+The program says nothing about where one call of its captured code begins:
+``gpu_demo.record.calls.with_calls`` infers the calls from the capture's own
+first launch, so rules 7 to 9 compare the eager calls before a capture with
+it as ``check_capture`` compares its warm-up calls.
 
 ``check_process()`` does the same for every capture until the process ends
-(``CAPTURE_ORDER_CHECK=1``; ``gpu_demo.autocheck`` starts it). It records
-nothing outside captures and forgets each capture once checked, so the trace
-stays small in a long run. Its dispatch mode goes onto the capturing thread's
-stack when a capture begins and comes off when it ends: outside captures an op
-pays only for torch's GPU-trace callbacks (a few µs where it allocates, frees
-or records an event), inside one it pays for the recording. One capture at a
-time.
+(``CAPTURE_ORDER_CHECK=1``; ``gpu_demo.autocheck`` starts it), with a last
+check at exit. It keeps the records of every capture and replay; of the
+eager work, what came after the last capture began (a server warms each
+batch size up right before capturing it), and never more than
+``EAGER_WINDOW`` records, so the trace and each check stay bounded in a
+long run. Recording eager work costs what ``capture_checked``
+costs per op (``benchmarks``: the start-up that captures 8 batch sizes).
+``torch.cuda.make_graphed_callables`` captures through ``torch.cuda.graph``
+with a shared pool, so both forms check it unchanged. One capture at a time.
 """
 
 from __future__ import annotations
 
+import atexit
+import bisect
 import os
 import warnings
 from contextlib import contextmanager
@@ -26,10 +41,12 @@ from typing import Any, Iterator
 
 import torch
 
+from gpu_demo.record.call_site import user_stacklevel
+from gpu_demo.record.calls import with_calls
 from gpu_demo.record.cuda_device import Device
 from gpu_demo.record.recorder import CaptureRecorder
-from simlib.checker import check, format_report
-from simlib.trace import Capture, Trace
+from simlib.checker import Finding, check, format_report
+from simlib.trace import Capture, Free, Launch, Record, Replay, Trace
 
 ON_HAZARD = ("raise", "warn")
 
@@ -40,7 +57,8 @@ class CaptureHazardWarning(UserWarning):
 
 @dataclass(frozen=True)
 class CaptureReport:
-    """What the checker found in one capture (``findings``: ``simlib.checker.Finding``)."""
+    """What one check found (``findings``: ``simlib.checker.Finding``, each reported once): at a
+    capture's end or a replay of ``graph``, or (``graph == -1``) when the block or process ended."""
 
     graph: int
     findings: tuple[Any, ...]
@@ -52,25 +70,33 @@ class CaptureReport:
         return any(strict or f.severity == "error" for f in self.findings)
 
 
+EAGER_WINDOW = 200_000   # eager records the whole-process check keeps (then the newest half)
+
+
 @dataclass
 class CaptureChecker:
-    """Checks each capture ``recorder`` sees end and keeps the reports.
+    """Checks what ``recorder`` records, at each capture end and at replays, and keeps the reports.
 
     ``raise_at_capture_end`` raises at once (whole-process checking, where no
     block ends); otherwise ``capture_checked`` raises when its block exits.
-    ``forget`` drops each capture's records once checked.
+    ``window``: keep only that many eager records (``None``: all).
     """
 
     recorder: CaptureRecorder
     strict: bool = False
     on_hazard: str = "raise"
     raise_at_capture_end: bool = False
-    forget: bool = False
+    window: int | None = None
     reports: list[CaptureReport] = field(default_factory=list)
+    _reported: set[tuple[Any, ...]] = field(default_factory=set)
+    _checked_upto: int = 0
+    _last_replayed: int | None = None
+    _graph_ranges: list[tuple[int, int]] = field(default_factory=list)   # sorted (lo, hi) the graphs touch
 
     def __post_init__(self) -> None:
         _valid(self.on_hazard)
         self.recorder.capture_ended.append(self.check_graph)
+        self.recorder.replayed.append(self.check_replay)
 
     @property
     def trace(self) -> Trace:
@@ -81,22 +107,83 @@ class CaptureChecker:
         return [r for r in self.reports if r.fails(self.strict)]
 
     def check_graph(self, graph: int) -> None:
-        trace = self.recorder.snapshot(graph)
-        findings = tuple(check(trace))
-        end = next(r for r in reversed(trace.records) if type(r) is Capture and r.graph == graph)
+        """At the end of ``graph``'s capture: the eager calls before it, the capture, and what
+        came before of other graphs."""
+        records = self.recorder.trace.records
+        end = next(r for r in reversed(records) if type(r) is Capture and r.graph == graph)
+        self._note_ranges(r for r in records if type(r) is Launch and r.graph == graph)
         failed = f"capture failed: {end.error}\n" if end.error else ""
+        self._check(graph, with_calls(records, graph), f"capture of graph {graph}", failed, end.error,
+                    always=True)
+        if self.window is not None:   # the next capture's eager calls come after this one
+            begin = next(i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph)
+            self._trim(begin)
+
+    def check_replay(self, graph: int) -> None:
+        """At a replay of ``graph``, when since the last check a block a graph uses was freed or
+        another graph replayed (rules 10 and 11 follow those)."""
+        records = self.recorder.trace.records
+        since = records[self._checked_upto:]
+        other, self._last_replayed = self._last_replayed not in (None, graph), graph
+        if other or any(type(r) is Free and self._touched(r.ptr, r.nbytes) for r in since):
+            replay = records[-1]
+            index = replay.index if type(replay) is Replay else "?"
+            self._check(graph, records, f"replay #{index} of graph {graph}", "", None)
+
+    def check_now(self, what: str = "at the end") -> None:
+        """A last check (the block exits, the process ends): reads after the last replay."""
+        if any(type(r) is Capture for r in self.recorder.trace.records):
+            self._check(None, self.recorder.trace.records, what, "", None)
+
+    def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
+               *, always: bool = False) -> None:
+        trace = Trace(records=self.recorder.finished(records), meta=dict(self.recorder.trace.meta))
+        found = [f for f in check(trace) if _key(f) not in self._reported]
+        self._reported.update(_key(f) for f in found)
+        self._checked_upto = len(self.recorder.trace.records)
+        if self.window is not None and len(self.recorder.trace.records) > self.window:
+            self._trim(len(self.recorder.trace.records) - self.window // 2)
+        if not found and not always:
+            return
         who = f"rank {os.environ['RANK']}: " if "RANK" in os.environ else ""   # one rank of a torchrun job
-        text = f"{who}capture of graph {graph} (capture-order check):\n{failed}{format_report(list(findings))}"
-        report = CaptureReport(graph, findings, text, end.error)
+        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found)}"
+        report = CaptureReport(-1 if graph is None else graph, tuple(found), text, error)
         self.reports.append(report)
-        if self.forget:
-            self.recorder.trace.records.clear()
         if not report.fails(self.strict):
             return
         if self.on_hazard == "warn":
-            warnings.warn(text, CaptureHazardWarning, stacklevel=2)
+            warnings.warn(text, CaptureHazardWarning, stacklevel=user_stacklevel())
         elif self.raise_at_capture_end:
             raise AssertionError(text)
+
+    def _note_ranges(self, nodes: Iterator[Launch]) -> None:
+        """Add the address ranges ``nodes`` read or write to the graphs' (kept sorted and disjoint)."""
+        merged: list[tuple[int, int]] = []
+        for lo, hi in sorted([*self._graph_ranges, *((a.ptr, a.ptr + max(a.nbytes, 1))
+                                                     for node in nodes for a in node.args)]):
+            if merged and lo <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+            else:
+                merged.append((lo, hi))
+        self._graph_ranges = merged
+
+    def _touched(self, ptr: int, nbytes: int) -> bool:
+        """Does ``[ptr, ptr + nbytes)`` overlap memory a captured node reads or writes?"""
+        ranges = self._graph_ranges
+        i = bisect.bisect_left(ranges, (ptr + max(nbytes, 1),)) - 1
+        return i >= 0 and ranges[i][1] > ptr
+
+    def _trim(self, cut: int) -> None:
+        """Whole-process checking: drop the eager records before index ``cut``; every capture's
+        and replay's records stay (the rules at later replays need them)."""
+        records = self.recorder.trace.records
+        kept = [r for r in records[:cut] if type(r) in (Capture, Replay) or getattr(r, "graph", None) is not None]
+        self.recorder.trace.records = kept + records[cut:]
+        self._checked_upto = len(self.recorder.trace.records)
+
+
+def _key(finding: Finding) -> tuple[Any, ...]:
+    return finding.rule, finding.step, finding.label, finding.pointers
 
 
 def _valid(on_hazard: str) -> str:
@@ -118,6 +205,7 @@ def capture_checked(*, strict: bool = False, on_hazard: str = "raise", meta: dic
     try:
         with recorder:
             yield checker
+            checker.check_now("when the block ended")
     except BaseException as exc:
         for report in checker.failures():
             exc.add_note(report.text)
@@ -143,7 +231,15 @@ def check_process(on_hazard: str = "warn") -> CaptureChecker:
     if _process is not None:
         _process.on_hazard = _valid(on_hazard)
         return _process
-    recorder = CaptureRecorder({"recorder": "gpu_demo.autocheck", "torch": torch.__version__}, eager=False)
-    _process = CaptureChecker(recorder, strict=True, on_hazard=on_hazard, raise_at_capture_end=True, forget=True)
+    recorder = CaptureRecorder({"recorder": "gpu_demo.autocheck", "torch": torch.__version__})
+    _process = CaptureChecker(recorder, strict=True, on_hazard=on_hazard, raise_at_capture_end=True,
+                              window=EAGER_WINDOW)
     recorder.__enter__()  # never left: it lasts as long as the process
+    atexit.register(_at_exit, _process)
     return _process
+
+
+def _at_exit(checker: CaptureChecker) -> None:
+    """The process ends: a last check, warning only (an exception at exit would only print)."""
+    checker.on_hazard = "warn"
+    checker.check_now("when the process ended")

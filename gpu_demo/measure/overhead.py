@@ -7,7 +7,7 @@ and the ratio is the median over repeats of each recorded pass's time over the
 plain pass's just before it (the H200 host runs everything 1.6 times slower for
 seconds at a time: medians taken apart would pair a slow spell with a fast one):
 
-``untraced``  ``gpu_demo.protocol.capture_replay.warm_up`` (two eager forwards on a side stream) and a
+``untraced``  ``gpu_demo.protocol.capture_replay.warm_up`` (three eager forwards on a side stream) and a
               ``torch.cuda.graph`` capture, then a device sync, timed in a child
               process that never records (``gpu_demo.measure.untraced``), on the same CPU
               core as this process: the capture as a program that does not record
@@ -39,7 +39,7 @@ collector. Two stacks: the project's ``MoEStack`` with
 sees in user code; ``gpu_demo.measure.stacks``).
 
 ``run_dry_overhead`` measures the same on a machine without CUDA, where
-``record_capture`` is a dry run (an eager forward and a ``dry_capture``
+``record_capture`` is a dry run (two eager forwards and a ``dry_capture``
 forward) and no callbacks exist, so the ratio is against ``plain``: the
 recorder's cost per op on this CPU, reproducibly, without a GPU.
 Its MoE stack is shrunk (``DRY_RUN_SIZES``): the same ops and records, with
@@ -63,7 +63,7 @@ import torch
 from gpu_demo.measure.stacks import STACKS, gpu_pass, moe_stack
 from gpu_demo.measure.untraced import UntracedPasses
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record.capture import record_capture
+from gpu_demo.record.capture import RECORDED_WARMUPS, record_capture
 from gpu_demo.record.dispatch_mode import QuickDispatchMode, op_caller
 from gpu_demo.record.dry_run import dry_capture
 from simlib.checker import check
@@ -174,7 +174,8 @@ def _gc_time() -> Iterator[list[float]]:
 
 
 def _dry_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
-    fn(*inputs)
+    for _ in range(RECORDED_WARMUPS):   # the dry run records every warm-up call
+        fn(*inputs)
     with dry_capture():
         fn(*inputs)
 

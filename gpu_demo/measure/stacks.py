@@ -19,14 +19,16 @@ from gpu_demo.corpus import safe_dual_stream
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
+from gpu_demo.record.capture import RECORDED_WARMUPS
 from simlib.spec import MoEConfig
 
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 
 
 def gpu_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
-    """One plain pass: warm-up and capture, as ``record_capture`` runs them."""
-    capture_replay.warm_up(lambda: fn(*inputs))
+    """One plain pass: warm-up and capture, as ``record_capture`` runs them (its first,
+    unrecorded warm-up call and the ``RECORDED_WARMUPS`` it records)."""
+    capture_replay.warm_up(lambda: fn(*inputs), iterations=1 + RECORDED_WARMUPS)
     graph, _ = capture_replay.capture(lambda: fn(*inputs))
     torch.cuda.synchronize()
     del graph

@@ -7,7 +7,9 @@ under it (``dry_run``: on CPU tensors, nothing captured). Its senses:
 ``patches`` (``torch.cuda.graph`` and direct Triton launches),
 ``host_reads`` (shape reads during capture), ``triton_access`` (what a Triton
 kernel writes, from its source), ``op_plans`` (what an op reads and writes, from
-its schema), ``device`` (the current stream), ``naming`` (readable stream and
-tensor names), ``annotate`` (optional labels a program may add). For any
-program: imports nothing from the MoE demo.
+its schema, the host numbers it froze, host-to-device copies), ``device`` (the
+current stream), ``call_site`` (the user's line that issued a launch),
+``calls`` (where a program's calls begin and end, inferred from a capture),
+``naming`` (readable stream and tensor names), ``annotate`` (optional labels a
+program may add). For any program: imports nothing from the MoE demo.
 """

@@ -1,7 +1,9 @@
 """``record_capture``: the warm-up, capture and replays of one function, recorded.
 
 The protocol a recording follows (warm-up, capture, replays with input
-refresh; the warm-up's first call, which only initialises, is not recorded),
+refresh; on a GPU the warm-up's first call, which only initialises, is not
+recorded; the next ``RECORDED_WARMUPS`` warm-up calls and the capture's call are,
+each between ``Call`` records, so the rules can compare the calls op by op),
 while the recorder (``gpu_demo.record.recorder``) writes down what each step
 froze: on a GPU for real, on CPU tensors as a *dry run* in which
 ``gpu_demo.record.dry_run.dry_capture`` makes the program take its capture path
@@ -24,6 +26,11 @@ from gpu_demo.record.dry_run import dry_capture
 from gpu_demo.record.recorder import CaptureRecorder
 from simlib.trace import Trace
 
+# Warm-up calls recorded before the capture's call: two, so that a value (a host scalar,
+# a freshly copied input) that changes every call shows as changing before the capture
+# does it a third time (the frozen-value and rebuilt-input rules need two earlier calls).
+RECORDED_WARMUPS = 2
+
 
 def record_capture(
     fn: Callable[..., Any],
@@ -33,15 +40,15 @@ def record_capture(
     refresh: str = "fresh",
     meta: dict[str, Any] | None = None,
 ) -> Trace:
-    """Record the last warm-up call, the capture and ``replays`` replays of ``fn(*inputs)``.
+    """Record ``RECORDED_WARMUPS`` warm-up calls, the capture and ``replays`` replays of ``fn(*inputs)``.
 
-    On a GPU the warm-up is ``capture_replay.warm_up``'s two eager calls, and only the
-    second is recorded: the first initialises lazily (cuBLAS handles, Triton
+    On a GPU the warm-up is ``capture_replay.warm_up``'s eager calls, and the
+    first is not recorded: it initialises lazily (cuBLAS handles, Triton
     compiles and autotuning, the allocator's pool), none of which a replay
-    sees, and what it leaves behind that the graph reads, the second call
-    either writes again (and is recorded writing it) or leaves alone, as every
-    later eager call does. Recording it would make the trace a third longer
-    and show nothing about the capture.
+    sees, and what it leaves behind that the graph reads, the later calls
+    either write again (and are recorded writing it) or leave alone, as every
+    later eager call does. Each recorded call is bracketed by ``Call`` records
+    (phase ``warmup``, then ``capture`` for the capture's call).
 
     ``inputs`` are the captured input buffers. Before each replay they are
     refreshed per ``refresh`` (``fresh`` random values, ``stale``: untouched,
@@ -64,19 +71,22 @@ def record_capture(
     with recorder:
         try:
             if on_gpu:
-                capture_replay.warm_up(lambda: fn(*inputs), iterations=1)
+                for index in range(RECORDED_WARMUPS):
+                    capture_replay.warm_up(lambda: _call(recorder, index, "warmup", fn, inputs), iterations=1)
                 graph = torch.cuda.CUDAGraph()
                 with recorder.capturing(inputs) as graph_id, torch.cuda.graph(graph):
-                    fn(*inputs)
+                    _call(recorder, RECORDED_WARMUPS, "capture", fn, inputs)
             else:
                 with recorder.holding_storages():
-                    fn(*inputs)
+                    for index in range(RECORDED_WARMUPS):
+                        _call(recorder, index, "warmup", fn, inputs)
                     with recorder.capturing(inputs) as graph_id, dry_capture():
-                        fn(*inputs)
+                        _call(recorder, RECORDED_WARMUPS, "capture", fn, inputs)
         except Exception as exc:  # a capture that fails is a result, not a crash
             return _failed(recorder.trace, exc)
+        generator = torch.Generator().manual_seed(0)
         for index in range(replays):
-            _refresh(inputs, warm_values, refresh)
+            _refresh(inputs, warm_values, refresh, generator)
             if not on_gpu:
                 recorder.replay(graph_id, index)
                 continue
@@ -89,13 +99,21 @@ def record_capture(
     return recorder.trace
 
 
+def _call(recorder: CaptureRecorder, index: int, phase: str, fn: Callable[..., Any],
+          inputs: Sequence[torch.Tensor]) -> Any:
+    with recorder.calling(index, phase):
+        return fn(*inputs)
+
+
 def _failed(trace: Trace, exc: BaseException) -> Trace:
     trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
     return trace
 
 
-def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str) -> None:
+def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str,
+             generator: torch.Generator) -> None:
+    """Fresh values are ``capture_replay.fresh_like``'s: integer inputs (indices) stay in their range."""
     if how == "stale":
         return
     for t, warm in zip(inputs, warm_values):
-        t.copy_(warm if how == "same_as_eager" else torch.randn_like(t))
+        t.copy_(warm if how == "same_as_eager" else capture_replay.fresh_like(t, generator, t.device))

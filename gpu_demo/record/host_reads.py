@@ -5,8 +5,9 @@ matter under capture: ``if x.shape[0] == 0: return`` after a host-side
 ``set_`` decides, once, what the graph will hold. ``HostReadWatch`` passes
 each read to a callback that decides whether it is worth a record.
 
-A read is only worth a record once a capture has mutated a tensor, so a watch
-is on only from then (``arm``) until the capture ends (``disarm``). While any
+A read is only worth a record during a capture (of a tensor the capture
+mutated, or whose storage changed under it since its last use), so a watch is
+on only from a capture's beginning (``arm``) until its end (``disarm``). While any
 watch is on, the six readers on ``torch.Tensor`` are wrappers that report the
 read to every watch armed on the reading thread and call the original; the
 last ``disarm`` puts the originals back, whatever order watches end in. A read

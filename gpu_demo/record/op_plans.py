@@ -29,6 +29,9 @@ _METADATA_MUTATIONS = {
 }
 _NO_LAUNCH = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided}
 _OVERWRITES = {aten.copy_, aten.fill_, aten.zero_, aten.normal_, aten.uniform_, aten.random_}
+# Ops that copy one tensor's data into another, possibly across devices (``copy_role``).
+_COPIES = {aten.copy_, aten._to_copy}
+H2D = "h2d"   # the ``Launch.role`` of a copy from host memory into device memory
 # ``torch.distributed`` collectives reach the dispatcher as ``c10d`` ops whose schemas mark no
 # write: the parameters each one writes, by name (``rw``: reduced in place; ``w``: filled).
 COLLECTIVE_NAMESPACE = "c10d"
@@ -59,7 +62,11 @@ class OpPlan:
     access)``, access ``r``, ``w`` (an ``out=`` or an overwrite such as
     ``copy_``) or ``rw`` (any other in-place write). ``call`` runs the op
     (``dispatch_mode.op_caller``). ``op`` is the overload itself, held so that its
-    ``id`` (the key in ``PLANS``) stays its own.
+    ``id`` (the key in ``PLANS``) stays its own. ``names`` are every parameter's
+    name in schema order (a non-tensor argument is frozen under it, ``scalars_of``);
+    ``copies``: the op copies data between tensors (``copy_role``); ``writes``: it
+    writes a tensor it is given; ``outs``: the parameters it writes its results into,
+    which it may resize to fit.
     """
 
     op: Any
@@ -69,6 +76,10 @@ class OpPlan:
     opname: str
     params: tuple[tuple[int, str, str], ...]
     pdl: bool
+    names: tuple[str, ...] = ()
+    copies: bool = False
+    writes: bool = False   # some tensor parameter is written (``out=`` or in place)
+    outs: frozenset[str] = frozenset()   # its ``out=`` parameters (``out``, ``values``, ``indices``, ...)
     collective: bool = False   # a ``c10d`` collective: its launch carries ``collective_scalars``
 
 
@@ -100,9 +111,47 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
             access = collective.get(spec.name, "r")
         params.append((i, spec.name, access))
     kernel = str(func)
+    names = tuple(spec.name for spec in func._schema.arguments)
     plan = PLANS[id(func)] = OpPlan(func, action, op_caller(func), kernel, func._opname, tuple(params),
-                                      kernel in PDL_OPS, collective is not None)
+                                      kernel in PDL_OPS, names, packet in _COPIES,
+                                      any(access != "r" for _, _, access in params),
+                                      frozenset(spec.name for spec in func._schema.arguments if spec.is_out),
+                                      collective is not None)
     return plan
+
+
+_NUMBER = (int, float, bool)
+
+
+def frozen_scalar(value: Any) -> str | None:
+    """``repr`` of a host number (or a list of them, a size) a launch freezes; ``None`` otherwise."""
+    if type(value) in _NUMBER:
+        return repr(value)
+    if type(value) in (list, tuple) and value and all(type(v) in _NUMBER for v in value):
+        return repr(list(value))
+    return None
+
+
+def scalars_of(names: tuple[str, ...], args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:
+    """``(name, repr)`` of each host number an op was given (``Launch.scalars``): a graph
+    replays these values as the capture froze them, whatever the host passes later."""
+    found = []
+    for name, value in zip(names, args):
+        frozen = frozen_scalar(value)
+        if frozen is not None:
+            found.append((name, frozen))
+    for name, value in kwargs.items():
+        frozen = frozen_scalar(value)
+        if frozen is not None:
+            found.append((name, frozen))
+    return tuple(found)
+
+
+def copy_role(sources: list[torch.Tensor], results: list[torch.Tensor]) -> str:
+    """``H2D`` for a copy from host memory into device memory, else ``""``: the graph
+    replays the copy from the host buffer the capture saw (``Launch.role``)."""
+    from_host = any(not t.is_cuda for t in sources)
+    return H2D if from_host and any(t.is_cuda for t in results) else ""
 
 
 def collective_scalars(plan: OpPlan, args: tuple, kwargs: dict) -> tuple[tuple[str, str], ...]:

@@ -2,7 +2,8 @@
 
 * ``torch.cuda.CUDAGraph.capture_begin`` / ``capture_end`` / ``replay``: what
   ``torch.cuda.graph(g)`` and ``g.replay()`` call, so a plain capture is
-  bracketed without the program saying so. ``capture_end`` runs from the
+  bracketed without the program saying so (with the memory pool it was given,
+  ``torch.cuda.graph(g2, pool=g1.pool())``). ``capture_end`` runs from the
   ``with`` block's ``__exit__``; an exception in flight there that was not in
   flight at ``capture_begin`` is the block's own error. A listener that raises
   at capture end (a strict check) is held back until ``torch.cuda.graph``'s
@@ -34,7 +35,7 @@ from gpu_demo.record.triton_access import KernelAccess, of_kernel
 class PatchListener(Protocol):
     """A recorder, as the wrapped methods see it."""
 
-    def on_capture_begin(self, graph: object) -> None: ...
+    def on_capture_begin(self, graph: object, pool: object = None) -> None: ...
 
     def on_capture_end(self, graph: object, error: BaseException | None) -> None: ...
 
@@ -83,7 +84,8 @@ def _capture_begin(original: Callable[..., Any]) -> Callable[..., Any]:
     def capture_begin(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, *args, **kwargs)
         _in_flight_at_begin[id(self)] = sys.exc_info()[1]
-        _notify(lambda listener: listener.on_capture_begin(self))
+        pool = kwargs.get("pool", args[0] if args else None)   # ``capture_begin(pool=None, ...)``
+        _notify(lambda listener: listener.on_capture_begin(self, pool))
         return out
     return capture_begin
 

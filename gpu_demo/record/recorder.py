@@ -46,7 +46,7 @@ import time
 import weakref
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -58,6 +58,7 @@ from gpu_demo.protocol.cuda_errors import cuda_error_name, first_error, one_line
 from gpu_demo.record import annotate, hooks, patches
 from gpu_demo.record.annotate import MAIN
 from gpu_demo.record.annotate import marks as _marks
+from gpu_demo.record.call_site import user_site
 from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK, Device, block_bytes, cuda_device
 from gpu_demo.record.dispatch_mode import QuickDispatchMode
 from gpu_demo.record.host_reads import HostReadWatch
@@ -70,8 +71,11 @@ from gpu_demo.record.op_plans import (
     VIEW,
     OpPlan,
     collective_scalars,
+    copy_role,
+    frozen_scalar,
     made_by,
     plan_of,
+    scalars_of,
     tensor_behind,
     tensors_in,
     tensors_of,
@@ -82,6 +86,7 @@ from simlib.memory import DEFAULT_POOL, graph_pool
 from simlib.trace import (
     Alloc,
     Arg,
+    Call,
     Capture,
     EventOp,
     Fault,
@@ -119,6 +124,9 @@ POSITIONAL: dict[type[Record], tuple[str, ...]] = {
     EventOp: ("op", "event", "stream", "graph", "deps"),
 }
 STORAGE_RESIZE = "untyped_storage().resize_"   # the op name a storage's resize_ is recorded under
+STORAGE_SWAP = "storage_swap"   # a tensor object's storage changed with no op the dispatcher showed
+SWAPPED_UNSEEN = ("its storage changed between two uses with no recorded op (x.data = ..., or a set_ or "
+                  "resize_ inside a C++ extension)")
 
 
 def extent_bytes(t: torch.Tensor) -> int:
@@ -141,6 +149,7 @@ class _OpenCapture:
     inputs: tuple[int, ...]
     by_hand: bool                  # opened by ``capturing()``, which also writes its end
     cuda_graph: object | None = None
+    pool: str = ""                 # ``Capture.pool``: "" its own, else the shared pool's name
 
 
 @dataclass(slots=True)
@@ -150,6 +159,9 @@ class _Handle:
     ref: weakref.ref
     id: int
     label: str   # its ``annotate`` name, else its base's (a view), else ``t<id>`` (``_label``)
+    # (pointer, elements, shape) at its last recorded use: a use that finds others had its
+    # storage changed under it (``CaptureRecorder._watch``). None: not seen in this recording span.
+    seen: tuple[int, int, tuple[int, ...]] | None = None
 
 
 @dataclass
@@ -168,7 +180,8 @@ class CaptureRecorder(QuickDispatchMode):
     checking, where eager work would only grow the trace), and is on the
     dispatch stack only while a capture is open, so eager work outside pays
     for no dispatch mode. Callables in ``capture_ended`` are called with each
-    graph id when its capture ends.
+    graph id when its capture ends, those in ``replayed`` with a graph's id after
+    its ``Replay`` record.
     """
 
     def __init__(self, meta: dict[str, Any] | None = None, *, device: Device | None = None,
@@ -179,6 +192,7 @@ class CaptureRecorder(QuickDispatchMode):
         self.device = device or cuda_device()
         self.eager = eager
         self.capture_ended: list[Callable[[int], None]] = []
+        self.replayed: list[Callable[[int], None]] = []
         self.streams = StreamNames()
         self._handles: dict[int, _Handle] = {}   # id(tensor) -> handle (see ``_handle``)
         self._sweep_at = SWEEP_AT
@@ -200,6 +214,8 @@ class CaptureRecorder(QuickDispatchMode):
         self._events: dict[int, int] = {}   # raw cudaEvent_t -> event id in records
         self._event_deps: dict[int, tuple[int, ...]] = {}
         self._pending = _Pending()
+        self._allocated_from: dict[int, str] = {}   # block address -> pool of its Alloc (``_free``)
+        self._pool_names: dict[Any, str] = {}        # a CUDAGraph.pool() handle -> its pool name
         self.on_allocated: Callable[[int], Any] | None = None   # see ``_route_allocations``
         self._stream_keys: dict[int, str] = {}   # raw stream -> its key (``_stream``), until a capture begins or ends
         self._marked: set[int] = set()           # raw streams an ``annotate`` mark has named
@@ -209,6 +225,14 @@ class CaptureRecorder(QuickDispatchMode):
         self._dispatching = False   # ``eager=False``: on the dispatch stack now (``_enter_dispatch``)
         self._context = ExitStack()
         self._route_allocations()
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Off while ``torch.compile`` compiles, on while what it compiled runs: so Dynamo
+        compiles under the recorder (it skips compiling under any other mode) and its
+        fake tensors never reach it, while the compiled code's ops and CUDA-graph
+        captures are recorded as they run."""
+        return True
 
     def __enter__(self) -> "CaptureRecorder":
         if self.eager:
@@ -236,6 +260,10 @@ class CaptureRecorder(QuickDispatchMode):
         if graph is not None:
             records = [r for r in records if getattr(r, "graph", None) in (None, graph)]
         return Trace(records=self._finished(records), meta=dict(self.trace.meta))
+
+    def finished(self, records: list[Record]) -> list[Record]:
+        """Renamed copies of ``records`` (some of this recording's) with final names."""
+        return self._finished(records)
 
     def named(self, tensor: torch.Tensor, name: str) -> None:
         """A tensor got its name after the op that made it was recorded: records
@@ -278,6 +306,16 @@ class CaptureRecorder(QuickDispatchMode):
         self._end(None)
 
     @contextmanager
+    def calling(self, index: int, phase: str) -> Iterator[None]:
+        """One call of the code under check (``phase``: ``warmup``, ``capture`` or ``eager``),
+        bracketed by ``Call`` records: the frozen-value rules compare calls op by op."""
+        self._emit(Call, op="begin", index=index, phase=phase)
+        try:
+            yield
+        finally:
+            self._emit(Call, op="end", index=index, phase=phase)
+
+    @contextmanager
     def holding_storages(self) -> Iterator[None]:
         """Keep every storage a launch inside touches alive until the block ends.
 
@@ -298,14 +336,30 @@ class CaptureRecorder(QuickDispatchMode):
         finally:
             self._held = held
 
-    def on_capture_begin(self, cuda_graph: object) -> None:
+    def on_capture_begin(self, cuda_graph: object, pool: object = None) -> None:
+        """``pool``: the memory pool handle ``capture_begin`` was given (another graph's
+        ``pool()``), ``None`` for the graph's own."""
         raw = self.device.current_stream()
         stream = self.streams.began_capture(raw) if raw is not None else MAIN
         if self._open is not None and self._open.by_hand and self._open.cuda_graph is None:
             self._open.cuda_graph = cuda_graph
             self._graph_of[id(cuda_graph)] = self._open.graph
+            self._own_pool(cuda_graph, self._open.graph)
             return
-        self._begin(stream, (), by_hand=False, cuda_graph=cuda_graph)
+        key = None if pool is None else _pool_key(pool)
+        shared = self._pool_names.get(key, "") if key is not None else ""
+        graph = self._begin(stream, (), by_hand=False, cuda_graph=cuda_graph, pool=shared)
+        if key is not None and not shared:   # a fresh handle (graph_pool_handle()): this graph's pool
+            self._pool_names[key] = graph_pool(graph)
+        self._own_pool(cuda_graph, graph, shared)
+
+    def _own_pool(self, cuda_graph: object, graph: int, shared: str = "") -> None:
+        """Remember which pool name ``cuda_graph.pool()`` stands for (a later capture may share it)."""
+        try:
+            key = _pool_key(cuda_graph.pool())
+        except Exception:   # a stand-in graph (tests), or a torch without pool()
+            return
+        self._pool_names.setdefault(key, shared or graph_pool(graph))
 
     def on_capture_end(self, cuda_graph: object, error: BaseException | None) -> None:
         if self._open is not None and not self._open.by_hand:
@@ -316,13 +370,18 @@ class CaptureRecorder(QuickDispatchMode):
         if graph is not None and self._recording():
             self.replay(graph, self._replays[graph])
 
-    def _begin(self, stream: str, inputs: tuple[int, ...], *, by_hand: bool, cuda_graph: object = None) -> int:
+    def _begin(self, stream: str, inputs: tuple[int, ...], *, by_hand: bool, cuda_graph: object = None,
+               pool: str = "") -> int:
         graph = next(self._graph_ids)
-        self._emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs)
-        self._open = _OpenCapture(graph, inputs, by_hand, cuda_graph)
+        self._emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool)
+        self._open = _OpenCapture(graph, inputs, by_hand, cuda_graph, pool)
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
         self.graph, self._frontier, self._mutated, self._stream_keys = graph, {}, set(), {}
+        if not self.eager:   # what tensors went through since the last capture was not watched
+            for handle in self._handles.values():
+                handle.seen = None
+        self._host_reads.arm(self._host_read)   # a shape read may find a storage changed under it
         self._route_allocations()
         self._enter_dispatch()
         return graph
@@ -335,7 +394,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._leave_dispatch()
         message = None if error is None else one_line(first_error(error))
         self._emit(Capture, op="end", graph=opened.graph, stream=MAIN if opened.by_hand else self._stream(),
-                   inputs=opened.inputs, error=message)
+                   inputs=opened.inputs, error=message, pool=opened.pool)
         for callback in self.capture_ended:
             callback(opened.graph)
 
@@ -356,6 +415,8 @@ class CaptureRecorder(QuickDispatchMode):
     def replay(self, graph: int, index: int) -> None:
         self._replays[graph] = index + 1
         self._emit(Replay, graph=graph, index=index, stream=self._stream())
+        for callback in self.replayed:
+            callback(graph)
 
     def fault(self, exc: BaseException) -> None:
         self._emit(Fault, error=cuda_error_name(str(exc)) or type(exc).__name__, launch=None, detail=one_line(exc))
@@ -439,15 +500,20 @@ class CaptureRecorder(QuickDispatchMode):
         if access is not None and access.unknown:
             self.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
         with self._quiet():
-            frozen = tuple(self._arg(name, tensor, access.of(name) if access else "rw")
-                           for name, value in args if (tensor := tensor_behind(value)) is not None)
-            self._launch(f"triton:{kernel}", kernel, frozen, skips_empty=False)
+            given = [(name, tensor, access.of(name) if access else "rw")
+                     for name, value in args if (tensor := tensor_behind(value)) is not None]
+            frozen = [self._arg(*each) for each in given]
+            if access is not None and access.extents:
+                frozen = _bounded(frozen, given, access.extents, dict(args))
+            self._watch(given, frozen)
+            scalars = tuple((name, text) for name, value in args if (text := frozen_scalar(value)) is not None)
+            self._launch(f"triton:{kernel}", kernel, tuple(frozen), skips_empty=False, scalars=scalars)
 
     @contextmanager
     def resizing(self, storage: torch.UntypedStorage) -> Iterator[None]:
         """``storage.resize_``: a ``Mutation`` of each tensor seen on it, and a ``Free``
         of its block if the resize let the block go."""
-        if self._busy or not self._recording():
+        if self._busy or not self._recording() or not _has_memory(storage):
             yield
             return
         with self._quiet():
@@ -470,10 +536,19 @@ class CaptureRecorder(QuickDispatchMode):
     # -- what the host reads (gpu_demo.record.host_reads) --------------------------------
 
     def _host_read(self, op: str, t: torch.Tensor) -> None:
+        """A read of ``t``'s metadata in a capture: a ``storage_swap`` first if its storage
+        changed since its last use (``x.data = ...`` before ``if x.shape[0] == 0``), then a
+        ``HostRead`` if it was mutated in this capture."""
         if self.graph is None or self._busy:
             return
         handle = self._known(t)
-        if handle is None or handle.id not in self._mutated:
+        if handle is None:
+            return
+        seen = handle.seen
+        if seen is not None and (seen[0] != t.data_ptr() or seen[1] != _numel(t)):
+            with self._quiet():
+                self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
+        if handle.id not in self._mutated:
             return
         with self._quiet():
             self._emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(_shape(t)),
@@ -521,6 +596,7 @@ class CaptureRecorder(QuickDispatchMode):
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
+        self._watch(given, frozen)
         if plan.collective:   # its results are its buffers; recorded first, since it may never return
             self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
             return plan.call(*args, **kwargs)
@@ -528,16 +604,59 @@ class CaptureRecorder(QuickDispatchMode):
         stream = self._stream()
         made = made_by(out, given)
         if made:
-            frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
+            outputs = [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
+            self._seen_as(made, outputs)
+            frozen += outputs
         if self._pending.pointers:
             self._unclaimed()
-        self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl)
+        role = copy_role([t for _, t, a in given if a == "r"], [t for _, t, a in given if a != "r"] + made) \
+            if plan.copies else None
+        self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl,
+                     scalars=scalars_of(plan.names, args, kwargs), role=role)
+        if plan.writes:
+            self._changed_inside(plan, given, frozen)
         return out
 
+    # -- storage changed under a tensor object (``Mutation(op="storage_swap")``) ----------
+
+    def _watch(self, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
+        """Each argument as it is now against its last recorded use: a different pointer or
+        size with no recorded op in between is a ``storage_swap`` (identities, not op names)."""
+        handles = self._handles
+        for (_, t, _), a in zip(given, frozen):
+            handle = handles[id(t)]
+            seen = handle.seen
+            if seen is None or seen[0] != a.ptr or seen[1] != a.numel:
+                if seen is not None:
+                    self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
+                handle.seen = (a.ptr, a.numel, a.shape)
+
+    def _seen_as(self, tensors: Sequence[torch.Tensor], frozen: Sequence[Arg]) -> None:
+        handles = self._handles
+        for t, a in zip(tensors, frozen):
+            handles[id(t)].seen = (a.ptr, a.numel, a.shape)
+
+    def _changed_inside(self, plan: OpPlan, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
+        """A tensor the op writes whose storage the op itself changed: an ``out=`` result
+        resized to fit is the op's documented effect; any other change (a ``set_`` inside a
+        custom op, which the dispatcher shows as one op) is a ``storage_swap``."""
+        for (name, t, access), a in zip(given, frozen):
+            if access == "r" or (t.data_ptr() == a.ptr and _numel(t) == a.numel):
+                continue
+            if name.split("[", 1)[0] in plan.outs:
+                self._handles[id(t)].seen = (t.data_ptr(), _numel(t), tuple(_shape(t)))
+            else:
+                self._mutated_now(STORAGE_SWAP, t, (a.ptr, a.numel, a.shape),
+                                  why=f"{plan.opname} changed its storage inside the op (the dispatcher shows it "
+                                      "as one op)")
+
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
-                stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = ()) -> None:
-        stream, role = stream or self._stream(), _marks.role
-        label = f"{role}/{opname}" if role else opname
+                stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = (),
+                role: str | None = None) -> None:
+        """``role``: what the launch is (``H2D``) when not the ``annotate`` mark's role."""
+        stream, marked = stream or self._stream(), _marks.role
+        label = f"{marked}/{opname}" if marked else opname
+        role = role or marked
         if skips_empty and writes_only_empty(args):
             self._emit(SkippedLaunch, kernel=kernel, label=label, role=role, stream=stream, graph=self.graph,
                        reason="every output has zero elements", args=args)
@@ -546,7 +665,8 @@ class CaptureRecorder(QuickDispatchMode):
         deps = self._frontier.get(stream, ())
         self._frontier[stream] = (launch,)
         self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
-                                         role, stream, args, self.graph, deps, pdl, scalars))   # ``_add``, inlined
+                                         role, stream, args, self.graph, deps, pdl, scalars,
+                                         user_site()))   # ``_add``, inlined
 
     def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         out = plan.call(*args, **kwargs)
@@ -583,13 +703,15 @@ class CaptureRecorder(QuickDispatchMode):
             self._free(ptr, *block)
         return out
 
-    def _mutated_now(self, op: str, tensor: torch.Tensor, old: Sequence[Any]) -> None:
+    def _mutated_now(self, op: str, tensor: torch.Tensor, old: Sequence[Any], why: str | None = None) -> None:
         handle = self._handle(tensor)
+        new = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
+        handle.seen = new
         self._emit(
             Mutation, op=op, tensor=handle.id, label=handle.label,
             old_ptr=old[0], old_numel=old[1], old_shape=tuple(old[2]),
-            new_ptr=tensor.data_ptr(), new_numel=_numel(tensor), new_shape=tuple(_shape(tensor)),
-            graph=self.graph, why=annotate.current_why(),
+            new_ptr=new[0], new_numel=new[1], new_shape=new[2],
+            graph=self.graph, why=annotate.current_why() or why or "",
         )
         if self.graph is not None:
             self._mutated.add(handle.id)
@@ -648,14 +770,19 @@ class CaptureRecorder(QuickDispatchMode):
         self._pending.pointers.clear()
 
     def _free(self, ptr: int, nbytes: int, label: str) -> None:
+        """A ``Free`` into the pool the block came from (its ``Alloc``'s; a block allocated
+        before the recording saw it came from the default pool)."""
         stream = self._made_on.get(ptr) or self._stream()
-        self._add(Free, label, ptr, nbytes, stream, self._pool(), self.graph)
+        self._add(Free, label, ptr, nbytes, stream, self._allocated_from.pop(ptr, DEFAULT_POOL), self.graph)
 
     def _freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self.trace.records[start:])
 
     def _pool(self) -> str:
-        return DEFAULT_POOL if self.graph is None else graph_pool(self.graph)
+        """The pool an allocation now comes from: the open capture's (its own, or the one it shares)."""
+        if self.graph is None:
+            return DEFAULT_POOL
+        return self._open.pool if self._open is not None and self._open.pool else graph_pool(self.graph)
 
     # -- small helpers -----------------------------------------------------------
 
@@ -732,6 +859,32 @@ class CaptureRecorder(QuickDispatchMode):
         ``step, t_us`` in ``kind``'s order (``POSITIONAL``): a keyword call costs a
         record twice as much."""
         t_us = (time.perf_counter_ns() - self._t0) / 1000
-        self.trace.records.append(kind(next(self._steps), t_us, *fields))
+        record = kind(next(self._steps), t_us, *fields)
+        self.trace.records.append(record)
+        if kind is Alloc:
+            self._allocated_from[record.ptr] = record.pool
 
 
+def _pool_key(pool: object) -> Any:
+    """A pool handle as a dict key (``CUDAGraph.pool()`` returns a tuple of two ints)."""
+    return tuple(pool) if isinstance(pool, (list, tuple)) else pool
+
+
+def _bounded(frozen: list[Arg], given: list[tuple[str, torch.Tensor, str]], extents: dict[str, str],
+             values: dict[str, Any]) -> list[Arg]:
+    """A Triton launch's pointer arguments with the extent their kernel's mask bounds them to
+    (``triton_access``: ``n`` elements for ``mask=offs < n``) instead of the tensor's own size."""
+    out = []
+    for a, (name, t, _) in zip(frozen, given):
+        size = values.get(extents.get(name, ""))
+        out.append(replace(a, nbytes=size * t.element_size()) if type(size) is int and size >= 0 else a)
+    return out
+
+
+def _has_memory(storage: torch.UntypedStorage) -> bool:
+    """False for a tracing tensor's storage (``torch.compile``'s fake ones), which has no pointer."""
+    try:
+        storage.data_ptr()
+    except RuntimeError:
+        return False
+    return True

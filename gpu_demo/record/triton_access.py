@@ -22,6 +22,17 @@ handed to a function that is neither ``triton.language``'s nor one of the
 builtins Triton allows (a ``@triton.jit`` helper) may be written there: its
 parameter is ``rw``. A parameter none of this touches is ``r``.
 
+How far a kernel reaches through a pointer is read off the same source where
+it can be bounded: when every load and store through parameter ``p`` is at
+``p + offs`` (directly, or through a name assigned that once) under
+``mask=offs < n`` (or a mask assigned that once) with ``n`` a size parameter (not a ``tl.constexpr``), the
+kernel touches at most the first ``n`` elements behind ``p``, the grid
+assumed to cover the mask (``triton.cdiv(n, BLOCK)`` programs), and
+``KernelAccess.extents[p]`` is ``n``: the recorder then freezes ``p``'s extent as
+``n`` elements, and checker rule 6 compares it with the storage. Any other use
+(another mask, a loop, a block pointer) leaves ``p``'s extent the tensor's own
+size, as the recorder cannot know it.
+
 Source that does not parse, or whose parameters are not the kernel's, leaves
 every argument ``rw`` and says why (``KernelAccess.unknown``). ``access_of``
 takes source text and parameter names, so it runs without Triton;
@@ -53,6 +64,7 @@ class KernelAccess:
 
     access: dict[str, str]
     unknown: str | None = None
+    extents: dict[str, str] = field(default_factory=dict)   # pointer parameter -> the size parameter bounding it
 
     def of(self, parameter: str) -> str:
         return READ_WRITE if self.unknown else self.access.get(parameter, READ_WRITE)
@@ -96,7 +108,68 @@ def access_of(source: str | None, arg_names: tuple[str, ...]) -> KernelAccess:
     found = _Uses()
     for call in (node for node in ast.walk(kernel) if isinstance(node, ast.Call)):
         found.add(call, flows)
-    return KernelAccess({name: found.access(name) for name in arg_names})
+    sizes = {p for p in params if p not in constexprs}
+    return KernelAccess({name: found.access(name) for name in arg_names},
+                        extents=_mask_bounds(kernel, flows, sizes))
+
+
+# -- how far through each pointer ------------------------------------------------------------
+
+def _mask_bounds(kernel: ast.FunctionDef, flows: dict[str, set[str]], sizes: set[str]) -> dict[str, str]:
+    """Pointer parameter -> the size parameter ``n`` that bounds every load and store through
+    it (``p + offs`` under ``mask=offs < n``); a pointer used any other way has no bound."""
+    once = _assigned_once(kernel)
+    bounds: dict[str, str | None] = {}
+    for call in (node for node in ast.walk(kernel) if isinstance(node, ast.Call)):
+        name = _callee(call.func)
+        if name not in ("load", "store") or _root(call.func) not in LANGUAGE_ROOTS:
+            continue
+        pointer = _pointer_operand(call)
+        reached = _params_in(pointer, flows)
+        bound = _bound(pointer, _mask_of(call, name), once, sizes)
+        for param in reached:
+            bounds[param] = bound if bounds.get(param, bound) == bound else None
+    for node in ast.walk(kernel):   # a pointer a helper or a block pointer takes has no bound read here
+        if isinstance(node, ast.Call) and _callee(node.func) not in ("load", "store"):
+            for argument in node.args:
+                for param in _params_in(argument, flows):
+                    bounds[param] = None
+    return {param: bound for param, bound in bounds.items() if bound is not None}
+
+
+def _assigned_once(kernel: ast.FunctionDef) -> dict[str, ast.expr]:
+    """Names assigned exactly once in the body, with their expression."""
+    seen: dict[str, list[ast.expr]] = {}
+    for targets, value in _assignments(kernel):
+        for name in targets:
+            seen.setdefault(name, []).append(value)
+    augmented = {n for node in ast.walk(kernel) if isinstance(node, ast.AugAssign) for n in _names(node.target)}
+    return {name: values[0] for name, values in seen.items() if len(values) == 1 and name not in augmented}
+
+
+def _mask_of(call: ast.Call, name: str) -> ast.expr | None:
+    mask = next((k.value for k in call.keywords if k.arg == "mask"), None)
+    position = 1 if name == "load" else 2
+    return mask if mask is not None or len(call.args) <= position else call.args[position]
+
+
+def _bound(pointer: ast.expr, mask: ast.expr | None, once: dict[str, ast.expr], sizes: set[str]) -> str | None:
+    """``n`` when ``pointer`` is ``p + offs`` and ``mask`` is ``offs < n`` (``n`` a size parameter)."""
+    if isinstance(pointer, ast.Name) and pointer.id in once:
+        pointer = once[pointer.id]
+    if isinstance(mask, ast.Name) and mask.id in once:   # mask = offs < n, then mask=mask
+        mask = once[mask.id]
+    if mask is None or not (isinstance(pointer, ast.BinOp) and isinstance(pointer.op, ast.Add)):
+        return None
+    if not (isinstance(mask, ast.Compare) and len(mask.ops) == 1 and isinstance(mask.ops[0], ast.Lt)
+            and isinstance(mask.comparators[0], ast.Name) and mask.comparators[0].id in sizes):
+        return None
+    offsets = ast.dump(mask.left)
+    sides = (pointer.left, pointer.right)
+    if not any(isinstance(side, ast.Name) and ast.dump(other) == offsets
+               for side, other in (sides, sides[::-1])):
+        return None
+    return mask.comparators[0].id
 
 
 # -- where pointers flow ---------------------------------------------------------------------

@@ -162,8 +162,9 @@ def summary(results: dict[str, Any] | None) -> str:
         f"On the {p['gpu']} (torch {p['torch']}, {libraries}, {p['date_utc'][:10]}; `{p['command']}`), "
         f"{sum(r['clean'] for r in entries)} of {len(entries)} zoo entries were clean: no finding, verdict "
         f"correct, and {results['replays']} replays with fresh inputs that agreed with a second, eager build "
-        f"(the truth). Check time: the first `check_capture` of an entry, then a second one right after it "
-        f"({results['jobs']} entries checked at a time).")
+        f"(the truth). Check time: the entry's first `check_capture`, in a fresh child process "
+        f"({results['jobs']} entries checked at a time), then the same check in one warm worker "
+        f"(`gpu_demo.warm_checks()`, primed by an earlier check), as a test session pays it.")
     lines = ["| model | mode | GPU truth | guard | check s (first / warm) |", "|---|---|---|---|---|"]
     lines += [f"| `{r['model']}` | {r['mode']} | {_truth_cell(r['truth'])} | {_guard_cell(r['guard'])} | "
               f"{r['check_s']['first']:.1f} / {r['check_s']['warm']:.1f} |" for r in entries]

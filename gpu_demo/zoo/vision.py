@@ -3,8 +3,8 @@
 The architectures are timm's own (``timm.create_model(name, pretrained=False)``);
 only the input is smaller than their 224 pixels (ViT's position table is made for
 that size), so the CPU dry run stays fast. timm is imported when a model is
-built: it needs torchvision, which the package index has only as a CUDA build, so
-only a seat whose torch is a CUDA build has it (``pyproject.toml`` says which versions).
+built; it comes with the ``vision`` extra (timm and the torchvision built for the
+pinned torch; ``pyproject.toml`` says what a GPU seat with its own torch adds).
 """
 
 from __future__ import annotations

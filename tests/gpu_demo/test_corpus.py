@@ -14,6 +14,7 @@ import ast
 import inspect
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ import torch
 from gpu_demo import corpus
 from gpu_demo.cli import check as check_commands
 from gpu_demo.cli.main import main
-from gpu_demo.corpus import runner
+from gpu_demo.corpus import anchors, runner
 from gpu_demo.measure.overhead import compare
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -60,7 +61,11 @@ def test_a_program_imports_nothing_from_this_project_and_says_why_it_is_what_it_
     assert ("\nHazardous" if program.EXPECTED == corpus.HAZARDOUS else "\nSafe") in program.__doc__
 
 
-@pytest.mark.parametrize("name", PROGRAMS)
+FUNCTIONS = tuple(name for name in PROGRAMS if not corpus.is_script(name))
+SCRIPTS = tuple(name for name in PROGRAMS if corpus.is_script(name))
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
 def test_a_program_builds_on_the_cpu_and_runs_eagerly_where_it_can(name):
     program = corpus.load(name)
     fn, inputs = program.make(torch.device("cpu"), torch.float32)
@@ -101,6 +106,56 @@ def test_both_issue_orders_a_race_a_missing_fork_and_join_and_the_safe_layers_ar
     assert "wait_stream(main)" not in code("missing_fork") and "wait_stream(self.alt)" not in code("missing_join")
 
 
+FAMILY = [   # (hazardous, fixed twin): the names the simulator's twins use too
+    ("host_scalar_frozen", "fix_host_scalar_in_tensor"),
+    ("input_rebuilt_each_call", "fix_input_copied_to_static"),
+    ("workspace_resized_under_graph", "fix_workspace_sized_once"),
+    ("workspace_freed_in_capture", "fix_workspace_kept_alive"),
+    ("shared_pool_clobber", "fix_shared_pool_output_copied"),
+    ("lazy_cache_in_capture", "fix_cache_created_before_capture"),
+    ("buffer_rebound", "fix_buffer_copied_in_place"),
+    ("data_assign_empty", "fix_data_assign_skipped_in_capture"),
+    ("custom_op_set_empty", "fix_custom_op_set_skipped_in_capture"),
+]
+
+
+@pytest.mark.parametrize("hazardous, fixed", FAMILY)
+def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_a_thread(hazardous, fixed):
+    assert corpus.load(hazardous).EXPECTED == corpus.HAZARDOUS and corpus.load(fixed).EXPECTED == corpus.SAFE
+    assert corpus.is_script(hazardous) == corpus.is_script(fixed)
+    assert hazardous in corpus.load(fixed).__doc__ or hazardous.endswith("_empty")
+    cited = re.compile(r"(vLLM|SGLang|FlashInfer|TensorRT-LLM|transformers) #\d+|DeepSpeed|custom_op")
+    assert cited.search(corpus.load(hazardous).__doc__), hazardous
+
+
+@pytest.mark.parametrize("construct, name", [
+    ("x.data = torch.empty(0", "data_assign_empty"),
+    ("@torch.library.custom_op", "custom_op_set_empty"),
+    (".pin_memory()", "input_rebuilt_each_call"),
+    ("pool=pool", "shared_pool_clobber"),
+    (".resize_(need)", "workspace_resized_under_graph"),
+    ("self.buffer = self.buffer.to(", "buffer_rebound"),
+    ("wait_event(", "safe_event_fork_join"),
+    ('torch.compile(layer, mode="reduce-overhead")', "safe_compile_reduce_overhead"),
+])
+def test_each_new_construct_is_in_the_program_named_for_it(construct, name):
+    assert construct in code(name)
+
+
+def test_the_safe_programs_cover_event_fork_join_three_streams_and_reduce_overhead():
+    for name in ("safe_event_fork_join", "safe_three_stream_fanout", "safe_compile_reduce_overhead"):
+        assert corpus.load(name).EXPECTED == corpus.SAFE
+    assert code("safe_three_stream_fanout").count("wait_stream(") >= 2 and corpus.load("safe_three_stream_fanout").BRANCHES == 3
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_script_is_a_whole_program_that_returns_its_errors_against_eager(name):
+    program = corpus.load(name)
+    assert not hasattr(program, "make")
+    assert list(inspect.signature(program.run).parameters) == ["device", "dtype"]
+    assert "CAPTURE_ORDER_CHECK=1" in program.__doc__ or program.EXPECTED == corpus.SAFE
+
+
 def test_an_unknown_program_is_refused_with_the_list():
     with pytest.raises(ValueError, match="safe_dual_stream"):
         corpus.load("nope")
@@ -112,9 +167,14 @@ def fake_guard(verdict, rules=(), findings=None):
     return {"verdict": verdict, "rules": list(rules), "codes": [], "findings": findings or [], "passed": False}
 
 
-def fake_result(name, expected, truth, guard):
-    return {"name": name, "expected": expected, "about": "x", "truth": {"outcome": truth, "errors": [0.5, 0.5]},
-            "guard": guard, "flagged_by": runner.flagged_by(guard)}
+def fake_result(name, expected, truth, guard, process=None):
+    result = {"name": name, "expected": expected, "about": "x", "truth": {"outcome": truth, "errors": [0.5, 0.5]},
+              "guard": guard, "flagged_by": None if guard is None else runner.flagged_by(guard)}
+    return result if process is None else {**result, "process": process}
+
+
+def fake_process(rules=(), problem=None):
+    return {"rules": list(rules), "findings": [{"rule": 1}] * len(rules), "problem": problem}
 
 
 @pytest.mark.parametrize("guard, flagged", [
@@ -167,6 +227,36 @@ def test_the_corpus_command_refuses_unknown_programs_and_a_machine_without_cuda(
         assert main(["corpus"]) == 2 and main(["recorder-overhead"]) == 2
 
 
+def test_a_script_is_judged_by_the_whole_process_check_alone():
+    hazard = fake_result("shared_pool_clobber", "hazardous", "silent_wrong", None,
+                         fake_process(["rule 11 (graphs_clobber)"]))
+    assert runner.judged(hazard) and runner.judged_by_process(hazard)
+    assert not runner.judged(fake_result("s", "hazardous", "silent_wrong", None, fake_process()))
+    assert runner.judged(fake_result("s", "safe", "correct", None, fake_process()))
+    assert not runner.judged(fake_result("s", "safe", "correct", None, fake_process(["rule 10 (freed_under_graph)"])))
+    unseen = fake_result("s", "safe", "correct", None, {**fake_process(), "captures": 0})
+    assert not runner.judged(unseen) and runner.table_rows([unseen])[0][5] == "no capture seen"
+    assert runner.judged_by_process(fake_result("a", "safe", "correct", fake_guard("correct"))) is None
+    (row,) = runner.table_rows([hazard])
+    assert row[3:6] == [runner.NOT_APPLICABLE, runner.NOT_APPLICABLE, "rule 11 (graphs_clobber)"] and row[-1] == "yes"
+
+
+def test_the_summary_shows_both_modes_and_the_anchors_and_says_not_run_where_the_results_lack_them():
+    with_all = fake_result("shared_pool_clobber", "hazardous", "silent_wrong", None,
+                           fake_process(["rule 11 (graphs_clobber)"]))
+    with_all["anchors"] = {"cuda_sanitizer": {"verdict": "crashed: replay"},
+                           "compute_sanitizer": {"verdict": "clean"}}
+    old = fake_result("safe_dual_stream", "safe", "correct", fake_guard("correct"))
+    results = {"provenance": {"gpu": "NVIDIA H200", "torch": "2.11.0", "date_utc": "2026-12-01T00:00:00+00:00",
+                              "command": "python -m gpu_demo corpus"}, "replays": 3, "programs": [with_all, old]}
+    text = runner.summary(results)
+    assert ("| `shared_pool_clobber` | hazardous | wrong, silently | n/a (a script) | rule 11 (graphs_clobber) "
+            "| crashed: replay | clean |") in text.replace(runner._badge({"outcome": "silent_wrong"}), "wrong, silently")
+    assert "| `safe_dual_stream` | safe | correct | clean | not run | not run | not run |" in text
+    assert "The whole-process check flagged 1 of 1 hazardous programs by a rule and passed 0 of 0 safe" in text
+    assert "Not run on the GPU yet:" in text and "`host_scalar_frozen`" in text
+
+
 def test_the_readme_summary_counts_what_the_guard_flagged():
     results = {"provenance": {"gpu": "NVIDIA H200", "torch": "2.11.0", "date_utc": "2026-12-01T00:00:00+00:00",
                               "command": "python -m gpu_demo corpus"}, "replays": 3, "programs": fake_results()}
@@ -190,25 +280,97 @@ committed = runner.load_results()
 needs_results = pytest.mark.skipif(committed is None, reason="no committed corpus results (run the corpus on a GPU)")
 
 
+RUN = [p["name"] for p in committed["programs"]] if committed else []
+
+
 @needs_results
-def test_the_committed_results_cover_every_program_with_provenance():
-    assert sorted(p["name"] for p in committed["programs"]) == sorted(PROGRAMS)
+def test_the_committed_results_are_of_current_programs_with_provenance_and_the_summary_names_the_rest():
+    assert set(RUN) <= set(PROGRAMS) and len(RUN) == len(set(RUN))
     assert committed["provenance"]["gpu"] and committed["provenance"]["command"].startswith("python -m gpu_demo corpus")
+    missing = [name for name in PROGRAMS if name not in RUN]
+    assert all(f"`{name}`" in runner.summary(committed) for name in missing)
 
 
 @needs_results
-@pytest.mark.parametrize("name", [n for n in PROGRAMS if corpus.load(n).EXPECTED == corpus.HAZARDOUS])
+@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS])
 def test_every_hazardous_program_was_flagged_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
-    assert runner.flagged_by(result["guard"]), f"{name}: the guard said {result['guard']['verdict']} and no rule fired"
+    if result.get("guard") is not None:
+        assert runner.flagged_by(result["guard"]), f"{name}: the guard said {result['guard']['verdict']} and no rule fired"
+    if result.get("process") is not None:
+        assert result["process"]["rules"], f"{name}: the whole-process check fired no rule"
 
 
 @needs_results
-@pytest.mark.parametrize("name", [n for n in PROGRAMS if corpus.load(n).EXPECTED == corpus.SAFE])
+@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE])
 def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
-    assert result["guard"]["findings"] == [], result["guard"]["rules"]
-    assert result["guard"]["verdict"] == "correct" and result["truth"]["outcome"] == "correct"
+    if result.get("guard") is not None:
+        assert result["guard"]["findings"] == [], result["guard"]["rules"]
+        assert result["guard"]["verdict"] == "correct"
+    if result.get("process") is not None:
+        assert result["process"]["findings"] == [], result["process"]["rules"]
+    assert result["truth"]["outcome"] == "correct"
+
+
+# -- both modes on a GPU, program by program -------------------------------------------------------
+
+# One program per rule the new recorder records for, and the safe forms the whole-process check must
+# pass; ``python -m gpu_demo corpus`` runs every program in both modes (the committed results above).
+CHECK_CAPTURE_ON_GPU = ["input_rebuilt_each_call", "fix_input_copied_to_static", "custom_op_set_empty",
+                        "workspace_freed_in_capture"]
+PROCESS_ON_GPU = ["host_scalar_frozen", "input_rebuilt_each_call", "workspace_resized_under_graph",
+                  "shared_pool_clobber", "data_assign_empty", "safe_event_fork_join", "safe_three_stream_fanout",
+                  "safe_compile_reduce_overhead"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", CHECK_CAPTURE_ON_GPU)
+def test_check_capture_flags_a_hazardous_function_by_a_rule_and_nothing_in_a_safe_one(name):
+    from gpu_demo.guard.check import check_capture
+
+    report = check_capture(corpus.target(name), replays=2)
+    if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
+        assert report.rules, report.format()
+    else:
+        assert report.findings == [] and report.passed, report.format()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PROCESS_ON_GPU)
+def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
+    from gpu_demo.protocol.child import run_in_child
+
+    result = run_in_child("gpu_demo.corpus.runner:process_in_child",
+                          {"name": name, "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
+    assert "child_error" not in result, result["child_error"]
+    assert result["captures"] >= 1, result    # the check saw the program capture (reduce-overhead too)
+    if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
+        assert result["rules"], result
+    else:
+        assert result["findings"] == [], result["rules"]
+
+
+# -- the anchors' verdicts ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("tool, code, output, said", [
+    ("cuda_sanitizer", 1, "x\n" + anchors._CSAN + "\nmore\n" + anchors._CSAN, "reported: 2 data race(s)"),
+    ("cuda_sanitizer", 0, "all fine", "clean"),
+    ("cuda_sanitizer", 1, "Traceback\nRuntimeError: boom", "crashed: RuntimeError: boom"),
+    ("compute_sanitizer", 9, "========= Invalid __global__ read of size 2\n========= ERROR SUMMARY: 3 errors",
+     "reported: 3 error(s)"),
+    ("compute_sanitizer", 0, "========= ERROR SUMMARY: 0 errors", "clean"),
+])
+def test_an_anchors_verdict_is_read_off_its_output_and_exit_status(tool, code, output, said):
+    assert anchors.verdict(tool, code, output)["verdict"] == said
+
+
+def test_an_anchor_tool_that_is_not_installed_is_not_available(monkeypatch):
+    monkeypatch.setattr(anchors.shutil, "which", lambda name: None)
+    assert anchors.run_tool("compute_sanitizer", "safe_dual_stream", dtype="bfloat16", replays=1,
+                            timeout=1)["verdict"] == "not available"
+    with pytest.raises(ValueError, match="cuda_sanitizer, compute_sanitizer"):
+        anchors.run_tool("valgrind", "safe_dual_stream", dtype="bfloat16", replays=1, timeout=1)
 
 
 # -- the recorder-overhead comparison ------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""What the whole-process check costs a server's start-up: 8 batch sizes of a 61-layer stack captured.
+
+    PYTHONPATH=. python benchmarks/process_startup_overhead.py --out $OUT/process-startup-overhead.json
+
+The start-up of a serving engine, in plain PyTorch: build the 61-layer plain
+stack (``gpu_demo.measure.stacks.plain_stack``, ``safe_dual_stream`` layers),
+then for each batch size warm it up eagerly (two calls on a side stream) and
+capture it into one shared pool (``torch.cuda.graph(g, pool=...)``), as
+vLLM and SGLang capture one graph per batch size. Each repeat times it twice,
+each in a fresh process: ``unchecked``, and ``checked`` with the
+whole-process check started first (``check_process``, what
+``CAPTURE_ORDER_CHECK=1`` starts: recording from the first op, the checks at
+every capture end, and the last one). Only the start-up is timed, not the
+imports. ``ratio`` is the median over repeats of checked over the unchecked
+run just before it; the target is under 3x. Writes JSON with provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from gpu_demo.guard.process import check_process
+from gpu_demo.measure.provenance import provenance
+from gpu_demo.measure.stacks import plain_stack
+from gpu_demo.moe.settings import RunSettings
+from gpu_demo.protocol import capture_replay
+
+TARGET = 3.0
+SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def startup(layers: int, sizes: tuple[int, ...]) -> int:
+    """Build the stack, warm up and capture each batch size into one pool; the graphs captured."""
+    settings = RunSettings()
+    stack, (example,) = plain_stack(layers, settings)
+    graphs, pool = [], None
+    with torch.no_grad():
+        for size in sizes:
+            x = torch.randn(size, example.shape[1], device=example.device, dtype=example.dtype)
+            capture_replay.warm_up(lambda: stack(x), iterations=2)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                stack(x)
+            pool = pool or graph.pool()
+            graphs.append(graph)
+    torch.cuda.synchronize()
+    return len(graphs)
+
+
+def child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
+    torch.cuda.init()
+    checker = check_process("warn") if mode == "checked" else None
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graphs = startup(layers, sizes)
+        if checker is not None:
+            checker.check_now("when the start-up ended")
+    elapsed = time.perf_counter() - start
+    out = {"mode": mode, "startup_s": elapsed, "graphs": graphs}
+    if checker is not None:
+        out["findings"] = sum(len(r.findings) for r in checker.reports)
+        out["checks"] = len(checker.reports)
+        out["records_kept"] = len(checker.recorder.trace.records)
+    return out
+
+
+def run_child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
+    command = [sys.executable, __file__, "--child", mode, "--layers", str(layers), "--sizes", *map(str, sizes)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {mode} start-up failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON results (default: print only)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=61)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--child", choices=("unchecked", "checked"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = tuple(args.sizes)
+    if args.child:
+        print(json.dumps(child(args.child, args.layers, sizes)))
+        return 0
+    if not torch.cuda.is_available():
+        print("process_startup_overhead: needs CUDA (it captures real graphs)", file=sys.stderr)
+        return 2
+    runs = [(run_child("unchecked", args.layers, sizes), run_child("checked", args.layers, sizes))
+            for _ in range(args.repeats)]
+    ratios = [checked["startup_s"] / unchecked["startup_s"] for unchecked, checked in runs]
+    ratio = statistics.median(ratios)
+    result = {
+        "provenance": {**provenance(argv), "command": shlex.join(["python", "benchmarks/process_startup_overhead.py",
+                                                                  *argv])},
+        "layers": args.layers, "sizes": list(sizes), "repeats": args.repeats,
+        "unchecked_s": [u["startup_s"] for u, _ in runs], "checked_s": [c["startup_s"] for _, c in runs],
+        "ratios": ratios, "ratio": ratio, "target": TARGET, "within_target": ratio < TARGET,
+        "findings": runs[0][1]["findings"], "checks": runs[0][1]["checks"],
+        "records_kept": runs[0][1]["records_kept"],
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,227 @@
+"""The whole-process check as strong as ``check_capture``, on a CPU (the GPU played by ``gpu_fakes``).
+
+The eager calls a program makes before it captures are recorded and split into
+calls (``gpu_demo.record.calls``), so the rules that compare calls fire; the
+replays and frees after a capture are recorded, so the rules about memory a
+graph still uses fire at the replay; the warning points at the user's line.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpu_fakes import CAPTURE, FakeGraph, cuda_graph, fake_graph_methods, recording, runtime, streams  # noqa: E402
+
+from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
+from gpu_demo.guard.process import CaptureChecker  # noqa: E402
+from gpu_demo.record.calls import with_calls  # noqa: E402
+from simlib.trace import Call, Capture, Launch, Replay  # noqa: E402
+
+__all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
+
+
+class Scaled(torch.nn.Module):
+    """Changes a Python float every call (vLLM #46913)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.scale += 0.25
+        return (x * self.scale).relu()
+
+
+def rules(checker: CaptureChecker) -> set[str]:
+    return {f.code for report in checker.reports for f in report.findings}
+
+
+# -- calls inferred from the capture ------------------------------------------------------------
+
+class Stack(torch.nn.Module):
+    """Three layers through one call site each: the capture's first launch repeats within a call."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(3):
+            x = (x * 2).relu()
+        return x
+
+
+def test_each_eager_call_is_bracketed_by_the_repetitions_of_the_captures_first_launch(streams, fake_graph_methods):
+    stack, x = Stack(), torch.randn(4)
+    with recording(streams) as recorder:
+        x.add(1)                         # before the calls: in none of them
+        for _ in range(2):
+            stack(x)
+        with cuda_graph(FakeGraph(), streams):
+            stack(x)
+    records = with_calls(recorder.trace.records, 0)
+    calls = [(r.op, r.index, r.phase) for r in records if type(r) is Call]
+    assert calls == [("begin", 0, "eager"), ("end", 0, "eager"), ("begin", 1, "eager"), ("end", 1, "eager"),
+                     ("begin", 2, "capture"), ("end", 2, "capture")]
+    inside: list[list[str]] = []
+    for r in records:
+        if type(r) is Call and r.op == "begin":
+            inside.append([])
+        elif type(r) is Launch and inside and len(inside[-1]) < 6:
+            inside[-1].append(r.kernel.split(".")[1])
+    assert inside[0] == inside[1] == ["mul", "relu"] * 3
+    first = next(r for r in records if type(r) is Launch)
+    assert first.kernel.startswith("aten.add") and records.index(first) < records.index(
+        next(r for r in records if type(r) is Call))
+    assert with_calls(records, 0) is records        # already bracketed: left as it is
+
+
+def test_a_host_value_changing_between_the_programs_eager_calls_is_caught_at_the_capture(streams,
+                                                                                         fake_graph_methods):
+    layer, x = Scaled(), torch.randn(8)
+    with pytest.warns(CaptureHazardWarning, match="frozen_host_value"):
+        with capture_checked(on_hazard="warn", device=streams.device()) as checked:
+            for _ in range(2):
+                layer(x)
+            with cuda_graph(FakeGraph(), streams):
+                layer(x)
+    assert rules(checked) == {"frozen_host_value"}
+
+
+def test_the_warning_at_a_capture_end_points_at_the_users_line_that_ended_it(streams, fake_graph_methods):
+    layer, x, graph = Scaled(), torch.randn(8), FakeGraph()
+    with capture_checked(on_hazard="warn", device=streams.device()):
+        for _ in range(2):
+            layer(x)
+        with streams.on(CAPTURE):
+            torch.cuda.CUDAGraph.capture_begin(graph)
+            layer(x)
+            with pytest.warns(CaptureHazardWarning, match="frozen_host_value") as warned:
+                torch.cuda.CUDAGraph.capture_end(graph)
+    assert warned[0].filename == __file__
+
+
+def test_a_host_value_constant_across_calls_is_no_finding(streams, fake_graph_methods):
+    x = torch.randn(8)
+    with capture_checked(device=streams.device()) as checked:
+        for _ in range(3):
+            (x * 0.5).relu()
+        with cuda_graph(FakeGraph(), streams):
+            (x * 0.5).relu()
+    assert rules(checked) == set()
+
+
+# -- memory after the capture ---------------------------------------------------------------------
+
+def test_a_block_the_graph_uses_freed_before_a_replay_is_reported_at_that_replay_pointing_at_it(
+        streams, fake_graph_methods):
+    graph = FakeGraph()
+    with capture_checked(on_hazard="warn", device=streams.device()) as checked:
+        x = torch.randn(64) * 1              # allocated before the capture, outside the graph's pool
+        with cuda_graph(graph, streams):
+            x.mul(2)
+        torch.cuda.CUDAGraph.replay(graph)   # nothing happened since the capture: no check
+        assert len(checked.reports) == 1
+        runtime.memory_deallocation(x.untyped_storage().data_ptr())   # the allocator takes the block back
+        with pytest.warns(CaptureHazardWarning, match="freed_under_graph") as warned:
+            torch.cuda.CUDAGraph.replay(graph)
+    assert warned[0].filename == __file__     # the user's line that replayed
+    (report,) = [r for r in checked.reports if r.findings]
+    assert [f.code for f in report.findings] == ["freed_under_graph"] and "replay #1 of graph 0" in report.text
+    assert len(checked.reports) == 2          # reported once: the check at the block's end found nothing new
+
+
+def test_a_free_of_memory_no_graph_uses_triggers_no_check_at_the_replay(streams, fake_graph_methods):
+    graph = FakeGraph()
+    with capture_checked(device=streams.device()) as checked:
+        x, other = torch.randn(64) * 1, torch.randn(64) * 1
+        with cuda_graph(graph, streams):
+            x.mul(2)
+        other.add(1)
+        runtime.memory_deallocation(other.untyped_storage().data_ptr())
+        torch.cuda.CUDAGraph.replay(graph)
+        assert len(checked.reports) == 1 and checked._checked_upto < len(checked.recorder.trace.records)
+    assert rules(checked) == set()
+
+
+def test_the_whole_process_window_keeps_every_capture_and_replay_and_only_the_newest_eager_work(
+        streams, fake_graph_methods):
+    graph = FakeGraph()
+    with recording(streams) as recorder:
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", window=40)
+        x = torch.randn(4)
+        with cuda_graph(graph, streams):
+            x.mul(2)
+        for _ in range(60):
+            x.add(1)
+        torch.cuda.CUDAGraph.replay(graph)
+        with cuda_graph(FakeGraph(), streams):   # a second graph: a check, then the trim
+            x.mul(3)
+    records = recorder.trace.records
+    assert len(records) < 40 and [r.graph for r in records if type(r) is Capture] == [0, 0, 1, 1]
+    assert [r.graph for r in records if type(r) is Replay] == [0]
+    assert len([r for r in records if type(r) is Launch and r.graph is None]) < 20
+    assert checker.reports and not rules(checker)
+
+
+def test_torch_compile_compiles_under_the_check_and_the_compiled_codes_ops_are_recorded():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+    def layer(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x) * 2 + 1
+
+    compiled = torch.compile(layer, backend="aot_eager")   # reduce-overhead's front end, without a GPU
+    x = torch.randn(4)
+    with capture_checked() as checked:
+        first, second = compiled(x), compiled(x)
+    assert counters["frames"]["ok"] == 1                    # compiled, not skipped for the recorder
+    assert torch.equal(first, layer(x)) and torch.equal(second, layer(x))
+    kernels = [r.kernel.split(".")[1] for r in checked.trace.records if type(r) is Launch]
+    assert kernels == ["sin", "mul", "add"] * 2
+
+
+# -- on a GPU ---------------------------------------------------------------------------------------
+
+class Drifting(torch.nn.Module):
+    """A linear layer scaled by a host float that changes every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+        self.scale = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.scale += 0.25
+        return self.linear(x) * self.scale
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("drifting", [False, True])
+def test_make_graphed_callables_is_checked_through_capture_checked(drifting):
+    module = (Drifting() if drifting else torch.nn.Linear(64, 64)).cuda()
+    x = torch.randn(8, 64, device="cuda", requires_grad=True)
+    with capture_checked(on_hazard="warn") as checked:
+        graphed = torch.cuda.make_graphed_callables(module, (x,))
+        graphed(x).sum().backward()
+    captures = [r for r in checked.trace.records if type(r) is Capture and r.op == "begin"]
+    assert len(captures) == 2 and captures[1].pool == "graph0"   # forward and backward, one pool
+    assert rules(checked) == ({"frozen_host_value"} if drifting else set())
+
+
+def test_the_whole_process_check_records_eager_work_from_its_start_and_ends_quietly_without_a_capture():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = ("import torch\n"
+               "from gpu_demo.guard.process import check_process\n"
+               "checker = check_process()\n"
+               "x = torch.randn(4)\n"
+               "(x * 2).relu()\n"
+               "print([r.kernel.split('.')[1] for r in checker.recorder.trace.records if hasattr(r, 'kernel')])\n")
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          cwd=repo, env={"PYTHONPATH": str(repo), "PATH": ""})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.strip() == "['randn', 'mul', 'relu']"
