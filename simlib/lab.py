@@ -20,6 +20,9 @@ lists, spelled as listed (``"shared first"`` is not ``"shared_first"``), and
 a number must be a Python ``int`` (``"0x0"`` is a string). A near miss is
 told what to write instead.
 
+The coaching is a ``Workbook``'s: ``LAB`` holds these exercises, and
+``simlib.gallery_lab`` holds the gallery's (notebook 07) in one of its own.
+
 The reference answers are not a table: ``expected(number)`` runs the
 simulator (or its checker) and reads the answer off the result, so the lab
 follows ``simlib``. Only the explanations are text. Where a real H200 measured

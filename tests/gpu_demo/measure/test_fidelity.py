@@ -193,3 +193,12 @@ def test_every_gallery_twin_the_h200_ran_agrees_with_the_simulator():
     ran = [r for r in conformance.gallery_rows() if r.gpu is not None]
     disagreements = [r for r in ran if not r.agree]
     assert not disagreements, conformance.format_gallery_table(disagreements)
+
+
+def test_every_gallery_program_has_its_pytorch_twin_in_the_corpus():
+    from gpu_demo import corpus
+    from simlib.gallery import CASES
+
+    names = [n for c in CASES.values() for n in (c.name, c.fix)]
+    assert [n for n in names if n not in corpus.PROGRAMS] == []
+    assert all(corpus.load(n).EXPECTED == ("hazardous" if i % 2 == 0 else "safe") for i, n in enumerate(names))
