@@ -86,3 +86,18 @@ def test_the_notebook_asks_every_exercise_unanswered_and_checks_it():
         values = re.sub(r"#.*", "", answer)          # the comments list the choices
         assert "..." in values and not re.search(r'"(scale@\d|correct|silent_wrong|freed_under_graph)"', values)
         assert f"gallery_lab.check({number}, answer_{number})" in cells
+
+
+def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
+    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
+    shell = interactiveshell.InteractiveShell.instance()
+    shown = []
+    shell._showtraceback = lambda etype, value, stb: shown.append(stb)
+    try:
+        shell.run_cell("from simlib import gallery_lab\ngallery_lab.check(2, {'read_later': 'correct', "
+                       "'read_at_once': 'correct'})")
+    finally:
+        interactiveshell.InteractiveShell.clear_instance()
+    (stb,) = shown
+    assert stb[0].startswith("Exercise 2 (Two graphs in one pool: read later, or at once?): not yet.")
+    assert not any("Traceback" in line or "File " in line for line in stb)
