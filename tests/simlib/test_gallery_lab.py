@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ipython_shown import tracebacks_shown
 
 from simlib import gallery_lab
 from simlib.gallery import CASES
@@ -89,15 +90,7 @@ def test_the_notebook_asks_every_exercise_unanswered_and_checks_it():
 
 
 def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
-    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
-    shell = interactiveshell.InteractiveShell.instance()
-    shown = []
-    shell._showtraceback = lambda etype, value, stb: shown.append(stb)
-    try:
-        shell.run_cell("from simlib import gallery_lab\ngallery_lab.check(2, {'read_later': 'correct', "
-                       "'read_at_once': 'correct'})")
-    finally:
-        interactiveshell.InteractiveShell.clear_instance()
-    (stb,) = shown
+    (stb,) = tracebacks_shown("from simlib import gallery_lab\n"
+                              "gallery_lab.check(2, {'read_later': 'correct', 'read_at_once': 'correct'})")
     assert stb[0].startswith("Exercise 2 (Two graphs in one pool: read later, or at once?): not yet.")
     assert not any("Traceback" in line or "File " in line for line in stb)
