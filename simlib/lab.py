@@ -20,6 +20,9 @@ lists, spelled as listed (``"shared first"`` is not ``"shared_first"``), and
 a number must be a Python ``int`` (``"0x0"`` is a string). A near miss is
 told what to write instead.
 
+The coaching is a ``Workbook``'s: ``LAB`` holds these exercises, and
+``simlib.gallery_lab`` holds the gallery's (notebook 07) in one of its own.
+
 The reference answers are not a table: ``expected(number)`` runs the
 simulator (or its checker) and reads the answer off the result, so the lab
 follows ``simlib``. Only the explanations are text. Where a real H200 measured
@@ -117,7 +120,7 @@ def _choices(choices: tuple[str, ...]) -> str:
     return ", ".join(repr(c) for c in choices)
 
 
-def _word(choices: tuple[str, ...], what: str) -> Callable[[Any], str]:
+def word_answer(choices: tuple[str, ...], what: str) -> Callable[[Any], str]:
     """One of ``choices``, spelled exactly; a capture error may name its error after a colon."""
     def parse(value: Any) -> str:
         if _blank(value):
@@ -159,7 +162,7 @@ def _text(value: Any) -> str:
     return value
 
 
-def _record(parsers: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[str, Any]]:
+def record_answer(parsers: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[str, Any]]:
     """A dict answer with exactly these keys, each parsed by its own parser."""
     def parse(value: Any) -> dict[str, Any]:
         if _blank(value):
@@ -508,60 +511,83 @@ def _wrong_report(given: dict[str, Any], expected: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------- registry
 EXERCISES: dict[int, Exercise] = {
     1: Exercise("Is either order safe?", "order",
-                _record({o: _word(OUTCOME_WORDS, o) for o in ORDERS}),
+                record_answer({o: word_answer(OUTCOME_WORDS, o) for o in ORDERS}),
                 _solve_order, _wrong_order, _right_order),
     2: Exercise("What did the captured node freeze after set_?", "freeze", _pointer,
                 lambda: _frozen_x()[0], _wrong_freeze, _right_freeze),
     3: Exercise("Crash, error or silently wrong?", "modes",
-                _record({m: _word(OUTCOME_WORDS, m) for m in SHARED_MODES}),
+                record_answer({m: word_answer(OUTCOME_WORDS, m) for m in SHARED_MODES}),
                 _solve_modes, _wrong_modes, _right_modes),
-    4: Exercise("What does the silently wrong output hold?", "silent", _word(SHARED_INPUTS, "answer_4"),
+    4: Exercise("What does the silently wrong output hold?", "silent", word_answer(SHARED_INPUTS, "answer_4"),
                 _solve_shared_input, _wrong_shared_input, _right_shared_input),
-    5: Exercise("The stale-buffer trap", "trap", _word(OUTCOME_WORDS, "answer_5"),
+    5: Exercise("The stale-buffer trap", "trap", word_answer(OUTCOME_WORDS, "answer_5"),
                 _solve_trap, _wrong_trap, _right_trap),
-    6: Exercise("Which fix costs a copy?", "fixes", _word(FIXES, "answer_6"),
+    6: Exercise("Which fix costs a copy?", "fixes", word_answer(FIXES, "answer_6"),
                 _solve_fix, _wrong_fix, _right_fix),
-    7: Exercise("Does issue order change replay time?", "timing", _word(SPEEDS, "answer_7"),
+    7: Exercise("Does issue order change replay time?", "timing", word_answer(SPEEDS, "answer_7"),
                 _solve_speed, _wrong_speed, _right_speed),
     8: Exercise("Reading a checker report", "report",
-                _record({"tensor": _text, "step": _integer, "rule": _integer}),
+                record_answer({"tensor": _text, "step": _integer, "rule": _integer}),
                 _solve_report, _wrong_report, _right_report),
 }
 
 
+@dataclass(frozen=True)
+class Workbook:
+    """A notebook's exercises and where each idea is explained, all coached alike by ``check``.
+
+    ``simlib.gallery_lab`` is the gallery's workbook; this module's ``check`` and
+    ``expected`` are those of ``LAB``, the exercises of notebook 06.
+    """
+
+    name: str                                   # "the lab", in "the lab has exercises 1 to 8"
+    exercises: dict[int, Exercise]
+    read: dict[str, str]
+
+    def expected(self, number: int) -> Any:
+        """The reference answer of exercise ``number``, read off a simulation."""
+        return self._exercise(number).solve()
+
+    def _exercise(self, number: int) -> Exercise:
+        if isinstance(number, bool) or number not in self.exercises:
+            raise NoSuchExercise(f"there is no exercise {number!r}; {self.name} has exercises 1 to "
+                                 f"{len(self.exercises)}")
+        return self.exercises[number]
+
+    def check(self, number: int, answer: Any) -> None:
+        """Print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if it is not.
+
+        An unanswered placeholder (``...``, ``None``) only prints "not answered yet".
+        """
+        ex = self._exercise(number)
+        head = f"Exercise {number} ({ex.title})"
+        try:
+            given = ex.parse(answer)
+        except Unanswered as blank:
+            detail = f" ({blank})" if str(blank) else ""
+            print(f"{head}: not answered yet{detail}. Replace the ... with your prediction and run this cell again.")
+            return
+        except WrongAnswer as bad:
+            raise WrongAnswer(f"{head}: not an answer of the expected kind: {bad}\n"
+                              f"Read: {self.read[ex.read]}.") from None
+        want = self.expected(number)
+        if given != want:
+            raise WrongAnswer(f"{head}: not yet. {_sentence(ex.wrong(given, want))}\n"
+                              f"Read: {self.read[ex.read]}.")
+        print(f"{head}: right. {ex.right(want)}")
+
+
+LAB = Workbook("the lab", EXERCISES, READ)
+
+
 def expected(number: int) -> Any:
     """The reference answer of exercise ``number``, read off a simulation."""
-    return _exercise(number).solve()
-
-
-def _exercise(number: int) -> Exercise:
-    if isinstance(number, bool) or number not in EXERCISES:
-        raise NoSuchExercise(f"there is no exercise {number!r}; the lab has exercises 1 to "
-                             f"{len(EXERCISES)}")
-    return EXERCISES[number]
+    return LAB.expected(number)
 
 
 def check(number: int, answer: Any) -> None:
-    """Print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if it is not.
-
-    An unanswered placeholder (``...``, ``None``) only prints "not answered yet".
-    """
-    ex = _exercise(number)
-    head = f"Exercise {number} ({ex.title})"
-    try:
-        given = ex.parse(answer)
-    except Unanswered as blank:
-        detail = f" ({blank})" if str(blank) else ""
-        print(f"{head}: not answered yet{detail}. Replace the ... with your prediction and run this cell again.")
-        return
-    except WrongAnswer as bad:
-        raise WrongAnswer(f"{head}: not an answer of the expected kind: {bad}\n"
-                          f"Read: {READ[ex.read]}.") from None
-    want = expected(number)
-    if given != want:
-        raise WrongAnswer(f"{head}: not yet. {_sentence(ex.wrong(given, want))}\n"
-                          f"Read: {READ[ex.read]}.")
-    print(f"{head}: right. {ex.right(want)}")
+    """``LAB.check``: print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if not."""
+    LAB.check(number, answer)
 
 
 def _sentence(text: str) -> str:

@@ -13,7 +13,9 @@ are never modified), and drive Debian's Chromium through Playwright:
 * notebook 03 in JupyterLab: Run > Run All Cells, find the explorer's controls, move the
   host-step slider with the keyboard and click the order toggle; the picture must change;
 * notebook 06 in JupyterLab: type a wrong, then a right answer into exercise 1 and run its
-  self-check; the coaching (and no traceback), then the confirmation, must show.
+  self-check; the coaching (and no traceback), then the confirmation, must show;
+* notebook 07 (the gallery) in JupyterLab: Run All, click the what-if widget's other replay order
+  and tick the fix; its text and picture must follow.
 
 Screenshots (and the JupyterLab log) are written to ``out/browser/``, among them every
 picture of the HTML edition as a page shows it (``html-<notebook>-picture-<n>.png``).
@@ -213,6 +215,15 @@ def test_html_edition_pages_load_offline_without_errors_and_show_the_widgets(htm
     box = p.locator(".widget-subarea").filter(has=order).first
     box.scroll_into_view_if_needed()
     shot(p, "html-03-explorer.png", box)
+    p.goto(f"{url}/07-gallery.html", wait_until="load")
+    what_if = p.locator(".widget-toggle-buttons").filter(
+        has=p.locator(".widget-label", has_text=re.compile(r"^replay order$")))
+    expect(what_if).to_have_count(1)
+    expect(what_if.locator("button.mod-active")).to_have_text("read both after both replays")
+    box = p.locator(".widget-subarea").filter(has=what_if).first
+    expect(box.locator(".widget-html")).to_contain_text("silently wrong")
+    box.scroll_into_view_if_needed()
+    shot(p, "html-07-what-if.png", box)
     p.goto(f"{url}/index.html")
     shot(p, "html-index.png")
     assert not page.problems(), page.problems()
@@ -556,4 +567,41 @@ def test_lab_self_check_explains_a_wrong_answer_and_confirms_a_right_one(lab, pa
     kernel_idle(p)
     check.scroll_into_view_if_needed()
     shot(p, "lab-06-right-answer.png")
+    assert not page.problems(), "JupyterLab logged:\n" + "\n".join(page.problems())
+
+
+# ----------------------------------------------------------------- notebook 07
+def test_gallery_what_if_widget_follows_the_replay_order_and_the_fix_in_jupyterlab(lab, page):
+    from playwright.sync_api import expect
+
+    p = page.page
+    lab.open(p, "07-gallery.ipynb")
+    run_all(p)
+    order = p.locator(".widget-toggle-buttons").filter(
+        has=p.locator(".widget-label", has_text=re.compile(r"^replay order$")))
+    expect(order).to_have_count(1)
+    box = p.locator(".widget-vbox").filter(has=order).first
+    image, status = box.locator("img.widget-image"), box.locator(".widget-html")
+    expect(image).to_have_count(1)
+    p.wait_for_function("img => img.complete && img.naturalWidth > 100", arg=image.element_handle())
+    expect(status).to_contain_text("silently wrong; the checker reports graphs_clobber")
+    assert_no_widget_failures(p, p.locator(".jp-NotebookPanel"))
+    box.scroll_into_view_if_needed()
+    shot(p, "lab-07-what-if-before.png", box)
+
+    before = image_digest(image)
+    order.locator("button", has_text="read each right after its replay").click()
+    expect(order.locator("button.mod-active")).to_have_text("read each right after its replay")
+    expect(status).to_contain_text("read each output before the next replay, reading the weak outputs: correct")
+    expect(status).not_to_contain_text("!= eager")
+    deadline = time.monotonic() + 30
+    while image_digest(image) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert image_digest(image) != before, "the replay order changed but the picture did not"
+
+    order.locator("button", has_text="read both after both replays").click()
+    box.locator("input[type=checkbox]").check()
+    expect(status).to_contain_text("copying each output out at once: correct; the checker reports nothing")
+    assert_no_widget_failures(p, p.locator(".jp-NotebookPanel"))
+    shot(p, "lab-07-what-if-fixed.png", box)
     assert not page.problems(), "JupyterLab logged:\n" + "\n".join(page.problems())

@@ -293,6 +293,7 @@ def fidelity_report() -> str:
     from gpu_demo.measure import conformance, prediction
 
     return (conformance.format_table(conformance.rows()) + "\n\n"
+            + conformance.format_gallery_table(conformance.gallery_rows()) + "\n\n"
             + prediction.format_table(prediction.predictions()))
 
 

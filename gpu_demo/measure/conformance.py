@@ -14,6 +14,12 @@ Prediction and GPU **agree when the outcome the GPU showed is in the set**:
 a race agrees with "correct" only if some schedule is right, and with
 "silently wrong" only if some schedule is wrong.
 
+The incident gallery's programs (``simlib.gallery``, each hazard and its fix) have
+rows of their own (``gallery_rows``): each is simulated as its case's runner drives
+it, and its PyTorch twin, the corpus program of the same name, ran on the H200
+(``results/corpus-h200.json``). A twin with no H200 result yet is listed as *not
+run*, never counted as agreeing.
+
 Schedules are explored over at most ``simlib.verdict.EXPLORED_REPLAYS`` replays: a schedule
 repeats on every replay, and from the second replay on memory holds what the
 previous one left, so later replays add nothing new.
@@ -27,9 +33,11 @@ from pathlib import Path
 
 from gpu_demo.measure.provenance import RESULTS_DIR
 from gpu_demo.moe.harness import count_wrong
+from simlib import schedules
 from simlib.checker import check
+from simlib.gallery import CASES
 from simlib.glossary import CORRECT, SILENT_WRONG, UNORDERED
-from simlib.gpu_results import load_gpu_results
+from simlib.gpu_results import CORPUS_RESULTS, NOT_RUN, load_corpus_results, load_gpu_results
 from simlib.spec import MoEConfig
 from simlib.verdict import agrees, possible_outcomes, verdict
 
@@ -108,3 +116,54 @@ def _shown(r: Row) -> str:
         return r.gpu
     wrong, total = r.gpu_wrong
     return f"{r.gpu} ({wrong} of {total} replays wrong)"
+
+
+# ----------------------------------------------------------------- the incident gallery
+@dataclass(frozen=True)
+class GalleryRow:
+    name: str                  # the gallery program, hazard or fix: its corpus twin's name
+    predicted: frozenset[str]  # the simulated outcomes (one: a gallery program has no race)
+    rules: tuple[str, ...]     # the checker's findings on the simulated trace, as "rule N (code)"
+    gpu: str | None            # the twin's H200 truth; None: not run there yet, or no result
+    ran: bool = True           # False: the results file has no such program
+
+    @property
+    def agree(self) -> bool | None:
+        """``None`` when the twin has no H200 truth: no agreement is claimed."""
+        return None if self.gpu is None else agrees(self.predicted, self.gpu)
+
+    @property
+    def shown(self) -> str:
+        return self.gpu or (NOT_RUN if not self.ran else "no result (the child died)")
+
+
+def gallery_rows(path: Path = CORPUS_RESULTS) -> list[GalleryRow]:
+    """One row per gallery program (each case's hazard, then its fix), with its twin's H200 truth."""
+    corpus = load_corpus_results(Path(path))   # None: no corpus run yet; a bad file raises a one-line ValueError
+    out = []
+    for case in CASES.values():
+        for fixed in (False, True):
+            run = case.run(fixed=fixed)
+            found = list(schedules.races(run.result.trace))
+            if found:   # a race would make the prediction a set of schedules: explore them first
+                raise ValueError(f"gallery program {run.name} has a race ({found[0]}); its row needs "
+                                 "simlib.schedules.explore, not one run")
+            twin = corpus.twin(run.name) if corpus else None
+            out.append(GalleryRow(run.name, frozenset({run.outcome}),
+                                  tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in run.findings)),
+                                  twin.truth if twin else None, ran=twin is not None))
+    return out
+
+
+def format_gallery_table(table: list[GalleryRow]) -> str:
+    """A Markdown table of the gallery's programs, then how many agree and how many have not run."""
+    lines = ["| gallery program | simulator predicts | H200 showed | agree | checker |", "|---|---|---|---|---|"]
+    for r in table:
+        agree = {None: "not run", True: "yes", False: "NO"}[r.agree]
+        lines.append(f"| {r.name} | {', '.join(sorted(r.predicted))} | {r.shown} | {agree} | "
+                     f"{', '.join(r.rules) or 'clean'} |")
+    ran = [r for r in table if r.gpu is not None]
+    lines.append(f"\n{sum(bool(r.agree) for r in ran)} of {len(table)} gallery programs agree with their "
+                 f"PyTorch twin's H200 run; {len(table) - len(ran)} with no H200 result yet "
+                 "(`python -m gpu_demo corpus`), which count as not agreeing.")
+    return "\n".join(lines)

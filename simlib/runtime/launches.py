@@ -7,6 +7,7 @@ replay.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -223,12 +224,17 @@ _ENGINE = (str(Path(__file__).resolve().parent), str(Path(__file__).resolve().pa
            str(Path(__file__).resolve().parent.parent / "harness.py"))
 
 
+# A site in this checkout is named from its root (``simlib/gallery/frozen.py:30``), so that a
+# trace, and a report quoting it, read the same in every checkout.
+_CHECKOUT = str(Path(__file__).resolve().parents[2]) + os.sep
+
+
 def _user_site() -> str:
     """``file:line`` of the innermost frame outside the engine: where the program issued the launch."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_filename.startswith(_ENGINE):
         frame = frame.f_back
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+    return f"{frame.f_code.co_filename.removeprefix(_CHECKOUT)}:{frame.f_lineno}" if frame is not None else ""
 
 
 def _snapshot(a: ArgLike, name: str, access: str) -> Arg:

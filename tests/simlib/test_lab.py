@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ipython_shown import tracebacks_shown
 
 from simlib import lab
 from simlib.spec import MoEConfig
@@ -95,16 +96,9 @@ def test_calling_shared_first_correct_is_coached_towards_the_race_without_naming
 
 
 def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
-    interactiveshell = pytest.importorskip("IPython.core.interactiveshell")
-    shell = interactiveshell.InteractiveShell.instance()
-    shown = []
-    shell._showtraceback = lambda etype, value, stb: shown.append(stb)
-    try:
-        shell.run_cell("from simlib import lab\nlab.check(2, '0x0')")
-        shell.run_cell("lab.check(1, {'shared_first': 'correct', 'routed_first': 'silent_wrong'})")
-        shell.run_cell("lab.check(12, 0)")
-    finally:
-        interactiveshell.InteractiveShell.clear_instance()
+    shown = tracebacks_shown("from simlib import lab\nlab.check(2, '0x0')",
+                             "lab.check(1, {'shared_first': 'correct', 'routed_first': 'silent_wrong'})",
+                             "lab.check(12, 0)")
     assert len(shown) == 3
     for stb in shown:
         text = "\n".join(stb)

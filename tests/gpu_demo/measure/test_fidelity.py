@@ -152,3 +152,53 @@ def test_the_h200_profile_is_the_committed_calibration():
     second = [max(d["first_kernel_start_by_stream_us"].values()) for name, d in
               bench["diagnostics"].items() if name.startswith("graph_dual")]
     assert H200.graph_branch_launch_us == pytest.approx(sum(second) / len(second), abs=0.01)
+
+
+# ----------------------------------------------------------------- the incident gallery
+def corpus_results(path: Path, truths: dict[str, str | None]) -> Path:
+    path.write_text(json.dumps({"provenance": {"gpu": "NVIDIA H200"}, "programs": [
+        {"name": name, "truth": {"outcome": outcome}, "guard": None} for name, outcome in truths.items()]}))
+    return path
+
+
+def test_every_gallery_program_has_a_row_hazard_then_fix():
+    from simlib.gallery import CASES
+
+    names = [r.name for r in conformance.gallery_rows()]
+    assert names == [n for c in CASES.values() for n in (c.name, c.fix)]
+    assert len(CASES) >= 6
+
+
+def test_a_gallery_row_agrees_only_when_the_h200_truth_is_in_the_simulated_set(tmp_path):
+    path = corpus_results(tmp_path / "corpus.json", {"host_scalar_frozen": SILENT_WRONG,
+                                                     "fix_host_scalar_in_tensor": SILENT_WRONG,
+                                                     "buffer_rebound": None})
+    by_name = {r.name: r for r in conformance.gallery_rows(path)}
+    assert by_name["host_scalar_frozen"].agree is True
+    assert by_name["fix_host_scalar_in_tensor"].agree is False          # the fix is predicted correct
+    assert by_name["buffer_rebound"].agree is None and by_name["buffer_rebound"].shown.startswith("no result")
+    missing = by_name["lazy_cache_in_capture"]
+    assert missing.agree is None and missing.shown == "not yet run on the H200"
+    table = conformance.format_gallery_table(list(by_name.values()))
+    assert "| fix_host_scalar_in_tensor | correct | silent_wrong | NO |" in table
+    assert "\n1 of 14 gallery programs agree" in table and "12 with no H200 result yet" in table
+
+
+def test_without_corpus_results_no_gallery_program_counts_as_agreeing(tmp_path):
+    table = conformance.format_gallery_table(conformance.gallery_rows(tmp_path / "absent.json"))
+    assert "\n0 of 14 gallery programs agree" in table and table.count("| not run |") == 14
+
+
+def test_every_gallery_twin_the_h200_ran_agrees_with_the_simulator():
+    ran = [r for r in conformance.gallery_rows() if r.gpu is not None]
+    disagreements = [r for r in ran if not r.agree]
+    assert not disagreements, conformance.format_gallery_table(disagreements)
+
+
+def test_every_gallery_program_has_its_pytorch_twin_in_the_corpus():
+    from gpu_demo import corpus
+    from simlib.gallery import CASES
+
+    names = [n for c in CASES.values() for n in (c.name, c.fix)]
+    assert [n for n in names if n not in corpus.PROGRAMS] == []
+    assert all(corpus.load(n).EXPECTED == ("hazardous" if i % 2 == 0 else "safe") for i, n in enumerate(names))
