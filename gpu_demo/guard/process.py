@@ -46,7 +46,7 @@ from gpu_demo.record.calls import with_calls
 from gpu_demo.record.cuda_device import Device
 from gpu_demo.record.recorder import CaptureRecorder
 from simlib.checker import Finding, check, format_report
-from simlib.trace import Capture, Free, Launch, Record, Replay, Trace
+from simlib.trace import Alloc, Capture, Free, Launch, Record, Replay, Trace
 
 ON_HAZARD = ("raise", "warn")
 
@@ -180,12 +180,19 @@ class CaptureChecker:
 
     def _trim(self, cut: int) -> None:
         """Whole-process checking: drop the eager records before index ``cut``; every capture's
-        and replay's records stay, and so does every free of memory a graph uses (the rules at
+        and replay's records stay, every allocation made during a capture (graph memory), and
+        every free of memory a graph uses (the rules at
         later replays need them: a workspace grown by ``resize_()`` in the next batch size's
         warm-up frees the block the last graph reads)."""
         records = self.recorder.trace.records
-        kept = [r for r in records[:cut] if type(r) in (Capture, Replay) or getattr(r, "graph", None) is not None
-                or (type(r) is Free and self._touched(r.ptr, r.nbytes))]
+        kept, capturing = [], False
+        for r in records[:cut]:
+            kind = type(r)
+            if kind is Capture:
+                capturing = r.op == "begin"
+            if (kind in (Capture, Replay) or getattr(r, "graph", None) is not None or (kind is Alloc and capturing)
+                    or (kind is Free and self._touched(r.ptr, r.nbytes))):
+                kept.append(r)   # an Alloc inside a capture is graph memory (rule 11 follows it)
         self.recorder.trace.records = kept + records[cut:]
         self._checked_upto = len(self.recorder.trace.records)
 

@@ -17,7 +17,7 @@ from gpu_fakes import CAPTURE, FakeGraph, cuda_graph, fake_graph_methods, record
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
 from gpu_demo.record.calls import with_calls  # noqa: E402
-from simlib.trace import Call, Capture, Launch, Replay  # noqa: E402
+from simlib.trace import Alloc, Call, Capture, Free, Launch, Replay  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -162,6 +162,29 @@ def test_the_whole_process_window_keeps_every_capture_and_replay_and_only_the_ne
     assert checker.reports and not rules(checker)
 
 
+def test_the_trim_keeps_the_allocations_made_in_a_capture_and_the_frees_of_graph_memory(streams, fake_graph_methods):
+    # What rules 10 and 11 need later: a cache made inside the first capture (graph memory,
+    # transformers #48199) and a free of a block a graph reads (FlashInfer #4398's resize_).
+    graph = FakeGraph()
+    with recording(streams) as recorder:
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", window=10_000)
+        workspace = torch.randn(64) * 1
+        with cuda_graph(graph, streams):
+            cache = torch.randn(64) * 1          # allocated inside the capture
+            workspace.mul(2)
+        runtime.memory_deallocation(workspace.untyped_storage().data_ptr())
+        for _ in range(5):
+            cache.add(1)
+        with cuda_graph(FakeGraph(), streams):   # a second capture: a check, then the trim
+            cache.mul(3)
+    kept = recorder.trace.records
+    cache_ptr, workspace_ptr = cache.untyped_storage().data_ptr(), workspace.untyped_storage().data_ptr()
+    assert any(type(r) is Alloc and r.ptr == cache_ptr for r in kept)
+    assert any(type(r) is Free and r.ptr == workspace_ptr for r in kept)
+    assert not any(type(r) is Launch and r.graph is None and r.kernel.startswith("aten.add") for r in kept)
+    assert checker._freed_since_replay   # the next replay of graph 0 is checked after that free
+
+
 def test_torch_compile_compiles_under_the_check_and_the_compiled_codes_ops_are_recorded():
     from torch._dynamo.utils import counters
 
@@ -225,3 +248,27 @@ def test_the_whole_process_check_records_eager_work_from_its_start_and_ends_quie
                           cwd=repo, env={"PYTHONPATH": str(repo), "PATH": ""})
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.strip() == "['randn', 'mul', 'relu']"
+
+
+@pytest.mark.parametrize("window", [None, 10_000], ids=["capture_checked", "whole_process"])
+def test_a_cache_made_inside_the_first_capture_and_written_by_the_next_graph_is_a_clobber(
+        streams, fake_graph_methods, window):
+    # lazy_cache_in_capture on fake graphs (transformers #48199): the cache is made inside graph 0's
+    # capture, graph 1 writes its first rows, and graph 0's output is read after both replayed. The
+    # whole-process check trims eager work at each capture end: the cache's allocation must stay.
+    # The replays run nothing here; the records are what the H200 gives.
+    first, second = FakeGraph(), FakeGraph()
+    w = torch.randn(8, 8)
+    with recording(streams) as recorder:
+        checker = CaptureChecker(recorder, on_hazard="warn", window=window)
+        big, small = torch.randn(4, 8) * 1, torch.randn(2, 8) * 1
+        with cuda_graph(first, streams):
+            cache = torch.empty(4, 8)
+            out_big = torch.matmul(big, w, out=cache[:4])
+        with cuda_graph(second, streams):
+            torch.matmul(small, w, out=cache[:2])
+        with pytest.warns(CaptureHazardWarning, match="graphs_clobber"):
+            for _ in range(2):
+                torch.cuda.CUDAGraph.replay(first)
+                torch.cuda.CUDAGraph.replay(second)
+                out_big.clone()
