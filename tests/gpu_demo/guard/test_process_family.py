@@ -260,7 +260,7 @@ def test_a_cache_made_inside_the_first_capture_and_written_by_the_next_graph_is_
     first, second = FakeGraph(), FakeGraph()
     w = torch.randn(8, 8)
     with recording(streams) as recorder:
-        checker = CaptureChecker(recorder, on_hazard="warn", window=window)
+        CaptureChecker(recorder, on_hazard="warn", window=window)   # it listens to the recorder
         big, small = torch.randn(4, 8) * 1, torch.randn(2, 8) * 1
         with cuda_graph(first, streams):
             cache = torch.empty(4, 8)
