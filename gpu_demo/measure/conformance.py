@@ -149,7 +149,8 @@ def gallery_rows(path: Path = CORPUS_RESULTS) -> list[GalleryRow]:
                 raise ValueError(f"gallery program {run.name} has a race ({found[0]}); its row needs "
                                  "simlib.schedules.explore, not one run")
             twin = corpus.twin(run.name) if corpus else None
-            out.append(GalleryRow(run.name, frozenset({run.outcome}),
+            possible = {run.outcome} | ({CORRECT} if case.reuse_decides and not fixed else set())
+            out.append(GalleryRow(run.name, frozenset(possible),
                                   tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in run.findings)),
                                   twin.truth if twin else None, ran=twin is not None))
     return out

@@ -74,6 +74,12 @@ class Case:
     fixed_expected: str = "correct"
     notes: Mapping[str, str] = field(default_factory=dict)   # order -> what happens, in a sentence
     shows: str | None = None                # the graph its pictures draw (default: the first captured)
+    # The hazard is a freed block: a replay goes wrong only once the allocator has handed the
+    # block to a tensor that something writes before the replay. The simulation runs one such
+    # allocation; on a GPU the next request may take another block (another size class, another
+    # stream's free list), and the replays stay right for now. So the outcome set also holds
+    # ``correct`` (the rule fires either way), as a race's does.
+    reuse_decides: bool = False
 
     @property
     def orders(self) -> tuple[str, ...]:

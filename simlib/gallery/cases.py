@@ -72,14 +72,16 @@ WORKSPACE_FREED = Case(
         "end of the captured call, as if the graph kept what it captured. The graph holds only the "
         "address: the block goes back to the allocator's default pool (it was allocated before the "
         "capture, so it is not the graph's), the next allocation takes it, and every replay reads "
-        "that tensor's bytes as the table."),
+        "that tensor's bytes as the table. Until some tensor takes the block, the replays still read "
+        "the old table: the H200 run of the twin stayed correct, which is luck, not safety."),
     pytorch=(
         "y = gemm(x, self.workspace)\n"
         "if torch.cuda.is_current_stream_capturing():\n"
         "    del self.workspace                     # 'the graph has it now'\n"),
     pytorch_fix=(
         "y = gemm(x, self.workspace)                # kept as long as the graph is\n"),
-    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",))
+    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",),
+    reuse_decides=True)
 
 SHARED_POOL = Case(
     name="shared_pool_clobber", fix="fix_shared_pool_output_copied",
@@ -134,7 +136,8 @@ BUFFER_REBOUND = Case(
         "tensor the attribute names before each call. The capture froze a copy from the tensor "
         "bound then, which had no reference left afterwards and was freed during the capture: "
         "every replay overwrites the refreshed buffer with the bytes of that freed block, which "
-        "the allocator has handed to someone else."),
+        "the allocator may hand to someone else (on the H200 run of the twin it had not yet: "
+        "correct, by luck)."),
     pytorch=(
         "def forward(self, x):\n"
         "    self.buf = self.buf.to(x.dtype, copy=True)   # re-bound: a new tensor every call\n"
@@ -143,7 +146,8 @@ BUFFER_REBOUND = Case(
     pytorch_fix=(
         "def forward(self, x):\n"
         "    return x * self.buf                        # converted once, at load; refreshed in place\n"),
-    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",))
+    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",),
+    reuse_decides=True)
 
 CASES: dict[str, Case] = {c.name: c for c in (HOST_SCALAR, INPUT_REBUILT, WORKSPACE_RESIZED, WORKSPACE_FREED,
                                               SHARED_POOL, LAZY_CACHE, BUFFER_REBOUND)}

@@ -291,8 +291,25 @@ def test_the_committed_results_are_of_current_programs_with_provenance_and_the_s
     assert all(f"`{name}`" in runner.summary(committed) for name in missing)
 
 
+# What the committed H200 run (2026-12-01) showed the whole-process check still gets wrong. Each is
+# a strict xfail: it fails here while the results say so, and turns red once a rerun shows it fixed,
+# so the list is kept true. Both were changed after that run (the eager trim keeps in-capture
+# allocations; pool-routed allocations are booked to their pool); a rerun on the GPU decides.
+KNOWN_GAPS = {
+    "lazy_cache_in_capture": "whole-process mode: no rule fired (the eager trim dropped the in-capture "
+                             "allocation of the cache, so rule 11 saw no graph memory)",
+    "safe_compile_reduce_overhead": "whole-process mode: rule 10 false alarm on blocks of torch.compile's "
+                                    "CUDA-graph-tree pool booked to the default pool",
+}
+
+
+def _with_known_gaps(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
+            for n in names]
+
+
 @needs_results
-@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS])
+@pytest.mark.parametrize("name", _with_known_gaps([n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS]))
 def test_every_hazardous_program_was_flagged_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:
@@ -302,7 +319,7 @@ def test_every_hazardous_program_was_flagged_on_the_gpu(name):
 
 
 @needs_results
-@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE])
+@pytest.mark.parametrize("name", _with_known_gaps([n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE]))
 def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:
