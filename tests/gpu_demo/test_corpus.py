@@ -337,8 +337,8 @@ def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
 CHECK_CAPTURE_ON_GPU = ["input_rebuilt_each_call", "fix_input_copied_to_static", "custom_op_set_empty",
                         "workspace_freed_in_capture"]
 PROCESS_ON_GPU = ["host_scalar_frozen", "input_rebuilt_each_call", "workspace_resized_under_graph",
-                  "shared_pool_clobber", "data_assign_empty", "safe_event_fork_join", "safe_three_stream_fanout",
-                  "safe_compile_reduce_overhead"]
+                  "shared_pool_clobber", "lazy_cache_in_capture", "data_assign_empty", "safe_event_fork_join",
+                  "safe_three_stream_fanout", "safe_compile_reduce_overhead"]
 
 
 @pytest.mark.gpu
@@ -354,7 +354,9 @@ def test_check_capture_flags_a_hazardous_function_by_a_rule_and_nothing_in_a_saf
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", PROCESS_ON_GPU)
+# Live, a known gap may be fixed by code newer than the committed run: not strict.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
+                                  for n in PROCESS_ON_GPU])
 def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
     from gpu_demo.protocol.child import run_in_child
 
