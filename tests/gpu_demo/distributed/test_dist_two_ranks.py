@@ -84,6 +84,7 @@ def test_the_whole_job_check_merges_the_ranks_on_rank_0(tmp_path, fixed):
 
 
 RANKS_CHECKED = textwrap.dedent('''
+    import sys
     import torch, torch.distributed as dist
     from gpu_demo.distributed.ranks import ranks_checked
     from gpu_demo.record.dry_run import dry_capture
@@ -99,8 +100,9 @@ RANKS_CHECKED = textwrap.dedent('''
                 y.set_(torch.empty(0))        # the hazard, on rank 1 only
             dist.all_reduce(x)
             z = y + 1
-    except AssertionError as exc:
-        print(f"RAISED on rank {dist.get_rank()}:", " ".join(str(exc).split()))
+    except AssertionError as exc:   # a file per rank: two ranks' long lines interleave on one stdout pipe
+        with open(f"{sys.argv[1]}/raised{dist.get_rank()}.txt", "w") as f:
+            f.write(f"RAISED on rank {dist.get_rank()}: " + " ".join(str(exc).split()))
     dist.destroy_process_group()
 ''')
 
@@ -108,8 +110,8 @@ RANKS_CHECKED = textwrap.dedent('''
 def test_ranks_checked_raises_on_every_rank_with_the_report_that_names_the_rank(tmp_path):
     """Two blocks: the first is clean, so a verdict read from the first exchange would not raise."""
     (tmp_path / "job.py").write_text(RANKS_CHECKED)
-    done = torchrun(str(tmp_path / "job.py"))
+    done = torchrun(str(tmp_path / "job.py"), str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
-    raised = sorted(line for line in done.stdout.splitlines() if line.startswith("RAISED"))
+    raised = sorted(path.read_text() for path in tmp_path.glob("raised*.txt"))
     assert [line.split(":")[0] for line in raised] == ["RAISED on rank 0", "RAISED on rank 1"]
     assert all("[rank 1] ERROR rule 1 (host_mutation)" in line and "[rank 0]" not in line for line in raised)
