@@ -114,6 +114,9 @@ class CaptureChecker:
         end = next(r for r in reversed(records) if type(r) is Capture and r.graph == graph)
         self._note_ranges(r for r in records if type(r) is Launch and r.graph == graph)
         failed = f"capture failed: {end.error}\n" if end.error else ""
+        # A free of graph memory since the last check: this check moves past it, and the next
+        # replay must still be checked after it (rules 10 and 11 fire at replays).
+        self._freed_since_replay |= any(map(self._frees_graph_memory, records[self._checked_upto:]))
         self._check(graph, with_calls(records, graph), f"capture of graph {graph}", failed, end.error,
                     always=True)
         if self.window is not None:   # the next capture's eager calls come after this one
@@ -126,7 +129,7 @@ class CaptureChecker:
         records = self.recorder.trace.records
         since = records[self._checked_upto:]
         other, self._last_replayed = self._last_replayed not in (None, graph), graph
-        if other or self._freed_since_replay or any(type(r) is Free and self._touched(r.ptr, r.nbytes) for r in since):
+        if other or self._freed_since_replay or any(map(self._frees_graph_memory, since)):
             self._freed_since_replay = False
             replay = records[-1]
             index = replay.index if type(replay) is Replay else "?"
@@ -140,9 +143,6 @@ class CaptureChecker:
     def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
                *, always: bool = False) -> None:
         trace = Trace(records=self.recorder.finished(records), meta=dict(self.recorder.trace.meta))
-        if graph is not None and not what.startswith("replay"):   # a free the next replay must be checked after
-            self._freed_since_replay |= any(type(r) is Free and self._touched(r.ptr, r.nbytes)
-                                            for r in self.recorder.trace.records[self._checked_upto:])
         found = [f for f in check(trace) if _key(f) not in self._reported]
         self._reported.update(_key(f) for f in found)
         self._checked_upto = len(self.recorder.trace.records)
@@ -178,12 +178,15 @@ class CaptureChecker:
         i = bisect.bisect_left(ranges, (ptr + max(nbytes, 1),)) - 1
         return i >= 0 and ranges[i][1] > ptr
 
+    def _frees_graph_memory(self, r: Record) -> bool:
+        return type(r) is Free and self._touched(r.ptr, r.nbytes)
+
     def _trim(self, cut: int) -> None:
         """Whole-process checking: drop the eager records before index ``cut``; every capture's
         and replay's records stay, every allocation made during a capture (graph memory), and
-        every free of memory a graph uses (the rules at
-        later replays need them: a workspace grown by ``resize_()`` in the next batch size's
-        warm-up frees the block the last graph reads)."""
+        every free of memory a graph uses (the rules at later replays need them: a workspace
+        grown by ``resize_()`` in the next batch size's warm-up frees the block the last graph
+        reads)."""
         records = self.recorder.trace.records
         kept, capturing = [], False
         for r in records[:cut]:
@@ -191,7 +194,7 @@ class CaptureChecker:
             if kind is Capture:
                 capturing = r.op == "begin"
             if (kind in (Capture, Replay) or getattr(r, "graph", None) is not None or (kind is Alloc and capturing)
-                    or (kind is Free and self._touched(r.ptr, r.nbytes))):
+                    or self._frees_graph_memory(r)):
                 kept.append(r)   # an Alloc inside a capture is graph memory (rule 11 follows it)
         self.recorder.trace.records = kept + records[cut:]
         self._checked_upto = len(self.recorder.trace.records)

@@ -761,9 +761,10 @@ class CaptureRecorder(QuickDispatchMode):
         """``Alloc`` for each block the runtime handed out during this op, sized by the
         result tensor that got it; a block no result got (scratch) has no known size.
         (A launching op claims its outputs' blocks in ``_arg``.) ``fresh``: the op is a
-        factory, so a CUDA result's block is new even when no allocation report named it
-        (on the H200 none comes for a factory's block inside a capture: a lazily made cache,
-        ``torch.compile``'s ``empty_strided`` outputs)."""
+        factory, so a CUDA result's block is new even if no allocation report named it. (On
+        the H200 the report does come for a cache made inside a capture; its ``Alloc`` went
+        missing because the whole-process trim dropped it, since fixed there. This fallback
+        is kept until a GPU run shows it never fires.)"""
         pending = self._pending.pointers
         if not pending and not fresh:
             return
@@ -771,9 +772,10 @@ class CaptureRecorder(QuickDispatchMode):
         for t in results:
             storage = t.untyped_storage()
             ptr = storage.data_ptr()
-            if ptr in pending or (fresh and ptr and t.is_cuda and storage.nbytes()):
-                if ptr in pending:
-                    pending.remove(ptr)
+            reported = ptr in pending
+            if reported:
+                pending.remove(ptr)
+            if reported or (fresh and ptr and t.is_cuda and storage.nbytes()):
                 nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
                 handle = self._handle(t)
                 self._blocks[ptr] = (nbytes, handle)

@@ -303,8 +303,8 @@ KNOWN_GAPS = {
 }
 
 
-def _with_known_gaps(names: list[str]) -> list:
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
+def _with_known_gaps(names: list[str], strict: bool = True) -> list:
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=strict, reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
             for n in names]
 
 
@@ -355,8 +355,7 @@ def test_check_capture_flags_a_hazardous_function_by_a_rule_and_nothing_in_a_saf
 
 @pytest.mark.gpu
 # Live, a known gap may be fixed by code newer than the committed run: not strict.
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
-                                  for n in PROCESS_ON_GPU])
+@pytest.mark.parametrize("name", _with_known_gaps(PROCESS_ON_GPU, strict=False))
 def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
     from gpu_demo.protocol.child import run_in_child
 
