@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     install = run(bash_block(GUIDE, GUIDE_MARK), ROOT)
     tests = run(bash_block(README, README_MARK), ROOT, timeout=210) if install["rc"] == 0 else None
     outside = outside_checks() if install["rc"] == 0 else None
-    from gpu_demo.measure.provenance import provenance  # importable once installed (or with PYTHONPATH=.)
+    # An install made by this process is seen only by the interpreters it starts, not by itself:
+    # the provenance comes from the checkout this script belongs to.
+    sys.path.insert(0, str(ROOT))
+    from gpu_demo.measure.provenance import provenance
 
     command = shlex.join(["python3", "scripts/check_seat.py", *(sys.argv[1:] if argv is None else argv)])
     record = {"provenance": {**provenance([]), "command": command},
