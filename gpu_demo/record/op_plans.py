@@ -81,7 +81,6 @@ class OpPlan:
     writes: bool = False   # some tensor parameter is written (``out=`` or in place)
     outs: frozenset[str] = frozenset()   # its ``out=`` parameters (``out``, ``values``, ``indices``, ...)
     collective: bool = False   # a ``c10d`` collective: its launch carries ``collective_scalars``
-    allocates: bool = False    # a factory (``empty`` and kin): its results' blocks are new, always
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -117,7 +116,7 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
                                       kernel in PDL_OPS, names, packet in _COPIES,
                                       any(access != "r" for _, _, access in params),
                                       frozenset(spec.name for spec in func._schema.arguments if spec.is_out),
-                                      collective is not None, packet in _NO_LAUNCH)
+                                      collective is not None)
     return plan
 
 

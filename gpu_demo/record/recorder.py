@@ -115,6 +115,7 @@ _Tensor = torch.Tensor
 
 _OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
 SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
+UNOWNED_KEPT = 1 << 14   # blocks the runtime handed out that no op has used yet, remembered (``_Pending``)
 # The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
 POSITIONAL: dict[type[Record], tuple[str, ...]] = {
     Launch: ("id", "kernel", "label", "role", "stream", "args", "graph", "deps", "pdl", "scalars", "site"),
@@ -166,10 +167,15 @@ class _Handle:
 
 @dataclass
 class _Pending:
-    """Allocations the runtime reported during the current op, not yet matched to a tensor."""
+    """Allocations the runtime reported, not yet matched to a tensor: ``pointers`` during the
+    current op; ``unowned`` before it (block address -> the pool it came from), blocks no op's
+    result got. Code that allocates below the dispatcher (Inductor's ``empty_strided_cuda``, C++
+    extensions) hands such a block to the first op that uses it, often as an input or an
+    ``out=``: that op's argument claims it (``CaptureRecorder._arg``)."""
 
     pointers: list[int] = field(default_factory=list)
-    unmatched: int = 0
+    unowned: dict[int, str] = field(default_factory=dict)
+    unmatched: int = 0   # blocks freed or forgotten while unowned (scratch)
 
 
 class CaptureRecorder(QuickDispatchMode):
@@ -210,6 +216,8 @@ class CaptureRecorder(QuickDispatchMode):
         self._frontier: dict[str, tuple[int, ...]] = {}
         self._held: dict[int, torch.UntypedStorage] | None = None   # block address -> storage
         self._late_names: dict[int, str] = {}
+        self._copies: dict[int, tuple[Record, Record]] = {}   # id(record) -> (it, its renamed copy) (``_finished``)
+        self._copies_for: tuple[dict[str, str], dict[int, str]] | None = None   # the names those copies have
         self._made_on: dict[int, str] = {}  # storage address -> stream of the op that last made it
         self._events: dict[int, int] = {}   # raw cudaEvent_t -> event id in records
         self._event_deps: dict[int, tuple[int, ...]] = {}
@@ -251,8 +259,9 @@ class CaptureRecorder(QuickDispatchMode):
         else:
             self._leave_dispatch()
         self.trace.records = self._finished(self.trace.records, in_place=True)
-        if self._pending.unmatched:
-            self.trace.meta["allocations_without_a_tensor"] = self._pending.unmatched
+        unmatched = self._pending.unmatched + len(self._pending.unowned)
+        if unmatched:
+            self.trace.meta["allocations_without_a_tensor"] = unmatched
 
     def snapshot(self, graph: int | None = None) -> Trace:
         """The trace so far with final names; with ``graph``, only that graph's records
@@ -286,7 +295,17 @@ class CaptureRecorder(QuickDispatchMode):
             for record in records:
                 rename_in_place(record, streams, names)
             return records
-        return [renamed_copy(r, streams, names) for r in records]
+        if self._copies_for != (streams, names):   # the names changed: every copy is stale
+            self._copies_for, self._copies = (streams, dict(names)), {}
+        old, self._copies = self._copies, {}
+        copies = self._copies
+        out = []
+        for r in records:   # a record never changes once written: its copy from the last call stands
+            kept = old.get(id(r))
+            copy = kept[1] if kept is not None and kept[0] is r else renamed_copy(r, streams, names)
+            copies[id(r)] = (r, copy)
+            out.append(copy)
+        return out
 
     # -- captures ----------------------------------------------------------------
 
@@ -372,6 +391,7 @@ class CaptureRecorder(QuickDispatchMode):
     def on_pool_routing(self, pool: object, begin: bool) -> None:
         """Eager allocations go to graph pool ``pool`` from now on (``begin``), or no longer:
         their blocks are that pool's, named as a capture into it will be."""
+        self._unclaimed()   # what was taken so far came from the pool before this one
         if not begin:
             self._eager_pool = None
             return
@@ -385,6 +405,7 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _begin(self, stream: str, inputs: tuple[int, ...], *, by_hand: bool, cuda_graph: object = None,
                pool: str = "") -> int:
+        self._unclaimed()   # blocks taken before the capture are not its pool's
         graph = next(self._graph_ids)
         self._emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool)
         self._open = _OpenCapture(graph, inputs, by_hand, cuda_graph, pool)
@@ -400,6 +421,7 @@ class CaptureRecorder(QuickDispatchMode):
         return graph
 
     def _end(self, error: BaseException | None) -> None:
+        self._unclaimed()   # blocks taken during the capture are its pool's
         opened, self._open = self._open, None
         self.graph, self._mutated, self._stream_keys = None, set(), {}
         self._route_allocations()
@@ -471,9 +493,13 @@ class CaptureRecorder(QuickDispatchMode):
         hooks.reroute()
 
     def on_freed(self, ptr: int) -> None:
-        pending = self._pending.pointers
-        if pending and ptr in pending:  # scratch an op took and gave back
-            pending.remove(ptr)
+        pending = self._pending
+        if pending.pointers and ptr in pending.pointers:  # scratch an op took and gave back
+            pending.pointers.remove(ptr)
+            pending.unmatched += 1
+            return
+        if pending.unowned and pending.unowned.pop(ptr, None) is not None:   # no op used it
+            pending.unmatched += 1
             return
         block = self._blocks.pop(ptr, None)
         releasing = self._releasing.get(ptr)   # a mutation letting the block go names it
@@ -600,8 +626,8 @@ class CaptureRecorder(QuickDispatchMode):
             self._emit(HostSync, op="item", label=self._label(args[0]), stream=self._stream())
             return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
-        if self._pending.pointers or plan.allocates:
-            self._claim_allocations(made_by(out, tensors_of(plan, args, kwargs)), fresh=plan.allocates)
+        if self._pending.pointers:
+            self._claim_allocations(made_by(out, tensors_of(plan, args, kwargs)))
         return out
 
     def _op(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
@@ -747,35 +773,34 @@ class CaptureRecorder(QuickDispatchMode):
                              handle)
         if made_on is not None and block:
             self._made_on[block] = made_on
-            pending = self._pending.pointers
-            if pending and block in pending:
-                pending.remove(block)
-                self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on, self._pool())
+        pending = self._pending
+        if pending.pointers and block in pending.pointers:
+            pending.pointers.remove(block)
+            self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(),
+                      self._pool())
+        elif pending.unowned and block in pending.unowned:
+            self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(),
+                      pending.unowned.pop(block))
         left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
         return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), extent_bytes(t), access,
                    left if left > 0 else 0)
 
     # -- memory ------------------------------------------------------------------
 
-    def _claim_allocations(self, results: list[torch.Tensor], fresh: bool = False) -> None:
+    def _claim_allocations(self, results: list[torch.Tensor]) -> None:
         """``Alloc`` for each block the runtime handed out during this op, sized by the
-        result tensor that got it; a block no result got (scratch) has no known size.
-        (A launching op claims its outputs' blocks in ``_arg``.) ``fresh``: the op is a
-        factory, so a CUDA result's block is new even if no allocation report named it. (On
-        the H200 the report does come for a cache made inside a capture; its ``Alloc`` went
-        missing because the whole-process trim dropped it, since fixed there. This fallback
-        is kept until a GPU run shows it never fires.)"""
+        result tensor that got it; a block no result got is unowned (``_unclaimed``).
+        (A launching op claims its outputs' blocks, and any unowned block an argument
+        uses, in ``_arg``.)"""
         pending = self._pending.pointers
-        if not pending and not fresh:
+        if not pending:
             return
         stream = None
         for t in results:
             storage = t.untyped_storage()
             ptr = storage.data_ptr()
-            reported = ptr in pending
-            if reported:
+            if ptr in pending:
                 pending.remove(ptr)
-            if reported or (fresh and ptr and t.is_cuda and storage.nbytes()):
                 nbytes = block_bytes(storage.nbytes(), "cuda" if t.is_cuda else "cpu")
                 handle = self._handle(t)
                 self._blocks[ptr] = (nbytes, handle)
@@ -784,9 +809,18 @@ class CaptureRecorder(QuickDispatchMode):
         self._unclaimed()
 
     def _unclaimed(self) -> None:
-        """The op is over: blocks it took that no result got were its scratch."""
-        self._pending.unmatched += len(self._pending.pointers)
-        self._pending.pointers.clear()
+        """The op is over (or the pool allocations come from changes): blocks taken since that
+        no result got are unowned, booked to the pool they came from, until an op uses one or the
+        runtime takes it back (an op's scratch). The oldest are forgotten past ``UNOWNED_KEPT``."""
+        pending = self._pending
+        if pending.pointers:
+            pool = self._pool()
+            for ptr in pending.pointers:
+                pending.unowned[ptr] = pool
+            pending.pointers.clear()
+            while len(pending.unowned) > UNOWNED_KEPT:
+                del pending.unowned[next(iter(pending.unowned))]
+                pending.unmatched += 1
 
     def _free(self, ptr: int, nbytes: int, label: str) -> None:
         """A ``Free`` into the pool the block came from (its ``Alloc``'s; a block allocated

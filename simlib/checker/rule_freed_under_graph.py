@@ -39,19 +39,25 @@ def freed_under_graphs(trace: Trace, index: Index) -> Iterator[Finding]:
         if g.failed or g.begin is None or g.end is None or not g.nodes:
             continue
         pool = capture_pool(g)
-        used = Intervals(((a.ptr, a.ptr + a.nbytes), (node, a)) for node in g.nodes for a in node.args if a.nbytes)
         later = replays.get(g.id, [])
         steps = [r.step for r in later]
-        reported: set[int] = set()
+        candidates = []   # (free, during the capture, the replays after it)
         for free in frees:
-            if free.step <= g.begin.step or free.pool == pool or free.ptr in reported:
+            if free.step <= g.begin.step or free.pool == pool:
                 continue
             alloc = last_alloc.get(id(free))
             if alloc is not None and id(alloc) in in_capture:
                 continue                        # a block of a graph pool: not outside every graph's memory
             during = free.step < g.end.step
             after = later[bisect.bisect_right(steps, free.step):]
-            if not during and not after:
+            if during or after:
+                candidates.append((free, during, after))
+        if not candidates:
+            continue
+        used = Intervals(((a.ptr, a.ptr + a.nbytes), (node, a)) for node in g.nodes for a in node.args if a.nbytes)
+        reported: set[int] = set()
+        for free, during, after in candidates:
+            if free.ptr in reported:
                 continue
             users = used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
             if users:

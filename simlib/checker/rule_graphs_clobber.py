@@ -49,6 +49,8 @@ class _Clobber:
 def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
     if sum(1 for g in index.graphs.values() if not g.failed and g.nodes) < 2:
         return                                  # one graph cannot clobber another
+    if len({r.graph for r in trace.of(Replay)}) < 2:
+        return                                  # results are left by replays: of two graphs at least
     pool = Intervals(((a.ptr, a.ptr + a.nbytes), a) for g in index.graphs.values() for a in g.allocs if a.nbytes)
     if not pool:
         return

@@ -295,21 +295,8 @@ def test_the_committed_results_are_of_current_programs_with_provenance_and_the_s
 # a strict xfail: it fails here while the results say so, and turns red once a rerun shows it fixed,
 # so the list is kept true. Both were changed after that run (the eager trim keeps in-capture
 # allocations; pool-routed allocations are booked to their pool); a rerun on the GPU decides.
-KNOWN_GAPS = {
-    "lazy_cache_in_capture": "whole-process mode: no rule fired (the eager trim dropped the in-capture "
-                             "allocation of the cache, so rule 11 saw no graph memory)",
-    "safe_compile_reduce_overhead": "whole-process mode: rule 10 false alarm on blocks of torch.compile's "
-                                    "CUDA-graph-tree pool booked to the default pool",
-}
-
-
-def _with_known_gaps(names: list[str], strict: bool = True) -> list:
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=strict, reason=KNOWN_GAPS[n])) if n in KNOWN_GAPS else n
-            for n in names]
-
-
 @needs_results
-@pytest.mark.parametrize("name", _with_known_gaps([n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS]))
+@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS])
 def test_every_hazardous_program_was_flagged_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:
@@ -319,7 +306,7 @@ def test_every_hazardous_program_was_flagged_on_the_gpu(name):
 
 
 @needs_results
-@pytest.mark.parametrize("name", _with_known_gaps([n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE]))
+@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE])
 def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:
@@ -355,7 +342,7 @@ def test_check_capture_flags_a_hazardous_function_by_a_rule_and_nothing_in_a_saf
 
 @pytest.mark.gpu
 # Live, a known gap may be fixed by code newer than the committed run: not strict.
-@pytest.mark.parametrize("name", _with_known_gaps(PROCESS_ON_GPU, strict=False))
+@pytest.mark.parametrize("name", PROCESS_ON_GPU)
 def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
     from gpu_demo.protocol.child import run_in_child
 

@@ -272,3 +272,21 @@ def test_a_cache_made_inside_the_first_capture_and_written_by_the_next_graph_is_
                 torch.cuda.CUDAGraph.replay(first)
                 torch.cuda.CUDAGraph.replay(second)
                 out_big.clone()
+
+
+def test_the_whole_process_check_lets_the_young_generation_grow_and_leaves_a_collector_turned_off_alone():
+    import gc
+
+    from gpu_demo.guard import process
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        process._young_generation_for_records()
+        assert gc.get_threshold() == (process.GC_YOUNG, 10, 10)
+        for already in ((0, 10, 10), (10 * process.GC_YOUNG, 5, 5)):   # turned off, or larger already
+            gc.set_threshold(*already)
+            process._young_generation_for_records()
+            assert gc.get_threshold() == already
+    finally:
+        gc.set_threshold(*saved)

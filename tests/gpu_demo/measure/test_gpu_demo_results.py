@@ -223,6 +223,27 @@ def test_the_readme_quotes_the_committed_cpp_observer_run():
             f"took {moe['floor_ratio']:.2f} and {plain['floor_ratio']:.2f}") in readme
 
 
+def test_the_readme_quotes_the_committed_start_up_overhead_of_the_whole_process_check():
+    """The figure and the verdict on 3x the README gives the whole-process check's start-up are the
+    committed run's: the median of its per-repeat ratios, its medians of each side."""
+    import statistics
+
+    results = load("process-startup-overhead")
+    provenance = results["provenance"]
+    assert set(provenance) == PROVENANCE and "H200" in provenance["gpu"]
+    assert provenance["command"].startswith("python benchmarks/process_startup_overhead.py")
+    ratios = [c / u for u, c in zip(results["unchecked_s"], results["checked_s"])]
+    assert results["ratios"] == pytest.approx(ratios) and results["ratio"] == pytest.approx(statistics.median(ratios))
+    assert results["within_target"] == (results["ratio"] < results["target"] == 3.0)
+    assert results["findings"] == 0 and results["checks"] == len(results["sizes"]) == 8
+    readme = " ".join((RESULTS.parent.parent / "README.md").read_text().split())
+    verdict = "**within the target**" if results["within_target"] else "**over the target**"
+    assert (f"it took {results['ratio']:.1f} times as long (median of {results['repeats']} repeats, each a fresh "
+            f"pair of processes: {statistics.median(results['checked_s']):.2f} s against "
+            f"{statistics.median(results['unchecked_s']):.2f} s): {verdict}") in readme
+    assert f"checked against unchecked (on the H200: {results['ratio']:.1f}x" in readme
+
+
 RACES = {"rule 3 (cross_stream_race)", "rule 4 (reuse_after_free)"}
 
 

@@ -240,6 +240,33 @@ def test_a_freed_block_is_sized_from_the_storage_it_was(streams, fake_graph_meth
     assert (free.ptr, free.nbytes, free.pool, free.graph, free.stream) == (ptr, 32, "graph0", 0, "main")
 
 
+def test_a_block_allocated_below_the_dispatcher_is_claimed_by_the_first_op_that_uses_it(streams, fake_graph_methods):
+    # Inductor's generated code allocates with empty_strided_cuda, which no dispatch mode sees: the
+    # runtime reports the block, and the first op that reads or writes it (often as out=) gets it,
+    # booked to the pool it came from. Without that, its free inside the capture looked like a free
+    # of memory outside the graph's pool (rule 10's false alarm on torch.compile's CUDA-graph trees).
+    x = torch.randn(8)
+    early, scratch, buf = torch.empty(8), torch.empty(8), torch.empty(8)   # made where no mode sees them
+    with recording(streams) as recorder:
+        runtime.memory_allocation(early.untyped_storage().data_ptr())   # before the capture: default pool
+        runtime.memory_allocation(scratch.untyped_storage().data_ptr())
+        x.sub(1)
+        runtime.memory_deallocation(scratch.untyped_storage().data_ptr())   # given back unused: no record
+        with cuda_graph(FakeGraph(), streams):
+            runtime.memory_allocation(buf.untyped_storage().data_ptr())
+            x.add(1)                          # an op that does not use it
+            torch.mul(x, 2, out=buf)          # the first that does
+            early.add(buf)
+            runtime.memory_deallocation(buf.untyped_storage().data_ptr())   # freed in the capture (del buf0)
+    buf_ptr, early_ptr = buf.untyped_storage().data_ptr(), early.untyped_storage().data_ptr()
+    allocs = {a.ptr: (a.pool, a.stream) for a in recorder.trace.of(Alloc)}
+    assert allocs[buf_ptr] == ("graph0", "main") and allocs[early_ptr] == ("default", "main")
+    assert scratch.untyped_storage().data_ptr() not in allocs
+    assert [(f.ptr, f.pool) for f in recorder.trace.of(Free)] == [(buf_ptr, "graph0")]
+    assert recorder.trace.meta["allocations_without_a_tensor"] == 1   # the scratch block
+    assert check(recorder.trace) == []
+
+
 def test_a_freed_block_is_named_by_the_tensor_it_was_made_for_even_when_named_later(streams, fake_graph_methods):
     from gpu_demo.record import annotate
 
