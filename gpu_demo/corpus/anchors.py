@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from gpu_demo import corpus
-from gpu_demo.corpus.startup import serve
+from gpu_demo.protocol.serving import serve
 from gpu_demo.protocol.tolerance import DTYPES
 
 TOOLS = ("cuda_sanitizer", "compute_sanitizer")
@@ -89,7 +89,7 @@ def run_plain(name: str, dtype: str, replays: int) -> None:
     if corpus.is_script(name):
         program.run(torch.device("cuda"), DTYPES[dtype])
     else:
-        serve(program, DTYPES[dtype], replays, seed=0)
+        serve(program.make, DTYPES[dtype], replays, seed=0)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ For each program, in its own child processes (``gpu_demo.protocol.child``):
   a script has no one function to check, so this mode does not apply to it;
 * **process**: the whole-process check (``check_process``, what
   ``CAPTURE_ORDER_CHECK=1`` starts) over the program run the way a server
-  starts up (``startup.serve``: eager calls, a capture, replays with fresh inputs), or
-  over the script, and the findings of every check it made;
+  starts up (``gpu_demo.protocol.serving.serve``: eager calls, a capture,
+  replays with fresh inputs), or over the script, and the findings of every
+  check it made;
 * **anchors** (``anchors=True``): the program under PyTorch's CUDA sanitizer and
   compute-sanitizer's memcheck (``gpu_demo.corpus.anchors``).
 
@@ -43,13 +44,12 @@ import torch
 
 from gpu_demo import corpus
 from gpu_demo.corpus import anchors as anchor_runs
-from gpu_demo.corpus.startup import serve
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.cuda_errors import is_illegal_address, one_line
+from gpu_demo.protocol.serving import serve
 from gpu_demo.protocol.tolerance import DTYPES, tolerance_for
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
-from simlib.trace import Capture
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
 NAMED_CAPTURE_ERROR = re.compile(r"^capture_error:(cudaError\w+|shape_mismatch)$")
@@ -109,14 +109,11 @@ def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, An
                 torch.manual_seed(payload["seed"])
                 program.run(torch.device("cuda"), dtype)
             else:
-                serve(program, dtype, payload["replays"], payload["seed"])
+                serve(program.make, dtype, payload["replays"], payload["seed"])
         except Exception as exc:   # a capture error or a fault is the program's outcome, the checks stand
             problem = one_line(exc)
         checker.check_now("when the program ended")   # records only: a faulted context is not touched
-    findings = [f for report in checker.reports for f in report.findings]
-    captures = sum(type(r) is Capture and r.op == "begin" for r in checker.recorder.trace.records)
-    return {"rules": [f"rule {rule} ({code})" for rule, code in sorted({(f.rule, f.code) for f in findings})],
-            "findings": [f.to_dict() for f in findings], "problem": problem, "captures": captures}
+    return checker.summary(problem)
 
 
 def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,

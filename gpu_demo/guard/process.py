@@ -108,6 +108,14 @@ class CaptureChecker:
     def failures(self) -> list[CaptureReport]:
         return [r for r in self.reports if r.fails(self.strict)]
 
+    def summary(self, problem: str | None = None) -> dict[str, Any]:
+        """What the checks found over a program, as the runners record it: the rules that fired,
+        every finding, what stopped the program (``problem``, if something did), the captures seen."""
+        findings = [f for report in self.reports for f in report.findings]
+        captures = sum(type(r) is Capture and r.op == "begin" for r in self.recorder.trace.records)
+        return {"rules": [f"rule {rule} ({code})" for rule, code in sorted({(f.rule, f.code) for f in findings})],
+                "findings": [f.to_dict() for f in findings], "problem": problem, "captures": captures}
+
     def check_graph(self, graph: int) -> None:
         """At the end of ``graph``'s capture: the eager calls before it, the capture, and what
         came before of other graphs."""

@@ -15,10 +15,14 @@ For each entry (``gpu_demo.zoo.ENTRIES``):
   child process (``check_s["first"]``, ``jobs`` entries at a time, so these times
   share the machine), then again, one entry after another, in one warm worker
   (``warm_checks``) that an earlier check has primed (``check_s["warm"]``): what a
-  test session that checks many models pays per check.
+  test session that checks many models pays per check;
+* **process**: the whole-process check (``check_process``, what
+  ``CAPTURE_ORDER_CHECK=1`` starts) over the entry served the way a server
+  starts up (``gpu_demo.protocol.serving.serve``: eager calls, a capture,
+  replays with fresh inputs), each entry in its own child process.
 
-An entry is **clean** when the guard found nothing, its verdict is ``correct``
-and the truth is ``correct``: every zoo entry is a correct program.
+An entry is **clean** when neither check found anything, the guard's verdict is
+``correct`` and the truth is ``correct``: every zoo entry is a correct program.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import metadata
@@ -38,9 +43,12 @@ import torch
 
 from gpu_demo import zoo
 from gpu_demo.guard.check import check_capture
+from gpu_demo.guard.process import check_process
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
+from gpu_demo.protocol.cuda_errors import one_line
 from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
+from gpu_demo.protocol.serving import serve
 from gpu_demo.protocol.tolerance import DTYPES
 from gpu_demo.protocol.worker import warm_checks
 from simlib.glossary import CORRECT, badge
@@ -76,6 +84,31 @@ def truth(name: str, *, dtype: torch.dtype, replays: int, seed: int) -> dict[str
                                   reference="a second build of the model, run eagerly after each replay").to_dict()
 
 
+def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """The whole-process check over one entry served as a server would serve it
+    (``gpu_demo.protocol.child`` entry; needs CUDA): every check's findings."""
+    checker = check_process("warn")
+    problem = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the reports are the result
+        try:
+            serve(zoo.factory(zoo.entry(payload["name"])), DTYPES[payload["dtype"]], payload["replays"],
+                  payload["seed"])
+        except Exception as exc:   # a fault is the entry's outcome; what the checks said stands
+            problem = one_line(exc)
+        checker.check_now("when the entry was served")
+    return checker.summary(problem)
+
+
+def process_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:
+    """``process_in_child`` in a fresh child; a child that died is its ``problem``."""
+    payload = {"name": name, "dtype": dtype, "replays": replays, "seed": seed}
+    result = run_in_child("gpu_demo.zoo.runner:process_in_child", payload, timeout)
+    if "child_error" in result:
+        return {"rules": [], "findings": [], "problem": result["child_error"]["message"], "captures": 0}
+    return result
+
+
 def check_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:
     """The guard's report on one entry, from a first check in a fresh child process, and its time."""
     e = zoo.entry(name)
@@ -109,9 +142,13 @@ def run_zoo(names: Sequence[str], *, jobs: int = 1, dtype: str = "bfloat16", rep
         truth_child = pool.submit(run_in_child, "gpu_demo.zoo.runner:truths_in_child",   # not __name__: -m runs it as __main__
                                   {"names": list(names), "dtype": dtype, "replays": replays, "seed": seed},
                                   timeout * len(names))
-        checks = [pool.submit(check_entry, n, dtype=dtype, replays=replays, seed=seed, timeout=timeout) for n in names]
+        options = {"dtype": dtype, "replays": replays, "seed": seed, "timeout": timeout}
+        checks = [pool.submit(check_entry, n, **options) for n in names]
         results = [c.result() for c in checks]
-        time_warm_checks(results, dtype=dtype, replays=replays, seed=seed, timeout=timeout)
+        time_warm_checks(results, **options)   # alone: its times are a warm worker's, undisturbed
+        processes = [pool.submit(process_entry, n, **options) for n in names]
+        for result, process in zip(results, processes):
+            result["process"] = process.result()
         raw = truth_child.result()
     truths = raw.get("truths", {})
     died = raw.get("child_error", {}).get("message", "the truth child returned nothing")
@@ -122,10 +159,12 @@ def run_zoo(names: Sequence[str], *, jobs: int = 1, dtype: str = "bfloat16", rep
 
 
 def clean(result: dict[str, Any]) -> bool:
-    """No finding, no problem, verdict ``correct``, and a correct truth (module docstring)."""
-    guard = result["guard"]
+    """No finding, no problem, verdict ``correct``, and a correct truth (module docstring); a result
+    from before the whole-process column (no ``process``) is judged on the rest."""
+    guard, process = result["guard"], result.get("process", {})
     return (not guard["findings"] and not guard["problem"] and guard["verdict"] == CORRECT
-            and result.get("guard_warm", "passed") == "passed" and result["truth"].get("outcome") == CORRECT)
+            and result.get("guard_warm", "passed") == "passed" and result["truth"].get("outcome") == CORRECT
+            and not process.get("findings") and not process.get("problem"))
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -154,23 +193,38 @@ def _guard_cell(guard: dict[str, Any]) -> str:
 
 
 def summary(results: dict[str, Any] | None) -> str:
-    """The README's zoo paragraph and table, from a results file (a placeholder without one)."""
+    """The README's zoo paragraph and table, from a results file (a placeholder without one); the
+    whole-process column once the results have it (a run from before it has none)."""
     if results is None:
         return README_PLACEHOLDER
     entries = results["entries"]
     p = results["provenance"]
+    whole = all("process" in r for r in entries)
     libraries = ", ".join(f"{name} {version}" for name, version in p["libraries"].items())
     sentence = (
         f"On the {p['gpu']} (torch {p['torch']}, {libraries}, {p['date_utc'][:10]}; `{p['command']}`), "
-        f"{sum(r['clean'] for r in entries)} of {len(entries)} zoo entries were clean: no finding, verdict "
+        f"{sum(r['clean'] for r in entries)} of {len(entries)} zoo entries were clean: "
+        f"{'no finding in either check' if whole else 'no finding'}, verdict "
         f"correct, and {results['replays']} replays with fresh inputs that agreed with a second, eager build "
         f"(the truth). Check time: the entry's first `check_capture`, in a fresh child process "
         f"({results['jobs']} entries checked at a time), then the same check in one warm worker "
         f"(`gpu_demo.warm_checks()`, primed by an earlier check), as a test session pays it.")
-    lines = ["| model | mode | GPU truth | guard | check s (first / warm) |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['model']}` | {r['mode']} | {_truth_cell(r['truth'])} | {_guard_cell(r['guard'])} | "
-              f"{r['check_s']['first']:.1f} / {r['check_s']['warm']:.1f} |" for r in entries]
+    if whole:
+        sentence += (" Whole-process: the entry served as a server starts up (eager calls, a capture, "
+                     "replays) under `check_process`, what `CAPTURE_ORDER_CHECK=1` starts.")
+    head = ["model", "mode", "GPU truth", "guard", *(["whole-process"] if whole else []), "check s (first / warm)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in entries:
+        cells = [f"`{r['model']}`", r["mode"], _truth_cell(r["truth"]), _guard_cell(r["guard"]),
+                 *([_process_cell(r["process"])] if whole else []),
+                 f"{r['check_s']['first']:.1f} / {r['check_s']['warm']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return sentence + "\n\n" + "\n".join(lines)
+
+
+def _process_cell(process: dict[str, Any]) -> str:
+    found = ", ".join(process["rules"]) or "no finding"
+    return found + (f" (stopped: {process['problem']})" if process["problem"] else "")
 
 
 def load_results(path: Path = RESULTS_FILE) -> dict[str, Any] | None:

@@ -99,14 +99,19 @@ def test_an_unknown_entry_is_refused_with_the_list():
 
 # -- the runner's output -------------------------------------------------------------------------
 
-def fake_entry(name, truth="correct", verdict="correct", rules=(), first=12.5, warm=3.25):
+def fake_entry(name, truth="correct", verdict="correct", rules=(), first=12.5, warm=3.25, process=None):
     e = zoo.entry(name)
     result = {"name": name, "model": e.model, "mode": e.mode, "library": e.library,
               "truth": {"outcome": truth, "errors": [0.0, 0.001, 0.0]},
               "guard": {"verdict": verdict, "rules": list(rules), "findings": [{"rule": 6}] if rules else [],
                         "problem": None},
               "check_s": {"first": first, "warm": warm}}
+    if process is not None:
+        result["process"] = process
     return {**result, "clean": runner.clean(result)}
+
+
+QUIET = {"rules": [], "findings": [], "problem": None, "captures": 1}   # the whole-process check found nothing
 
 
 def fake_results():
@@ -123,6 +128,26 @@ def test_an_entry_is_clean_only_with_no_finding_a_correct_verdict_and_a_correct_
     assert not fake_entry("llama_forward", truth="silent_wrong")["clean"]
     assert not fake_entry("llama_forward", verdict="silent_wrong")["clean"]
     assert not fake_entry("llama_forward", rules=["rule 6 (extent_exceeds_storage)"])["clean"]
+
+
+def test_an_entry_is_clean_only_when_the_whole_process_check_found_nothing_and_was_not_stopped():
+    assert fake_entry("llama_forward", process=QUIET)["clean"]
+    flagged = {**QUIET, "rules": ["rule 10 (freed_under_graph)"], "findings": [{"rule": 10}]}
+    assert not fake_entry("llama_forward", process=flagged)["clean"]
+    assert not fake_entry("llama_forward", process={**QUIET, "problem": "RuntimeError: CUDA error"})["clean"]
+
+
+def test_the_summary_has_a_whole_process_column_once_every_entry_has_that_check():
+    results = fake_results()
+    results["entries"] = [fake_entry("llama_decode", process=QUIET),
+                          fake_entry("qwen2_forward", process={**QUIET, "rules": ["rule 10 (freed_under_graph)"],
+                                                                "findings": [{"rule": 10}]})]
+    text = runner.summary(results)
+    assert "1 of 2 zoo entries were clean: no finding in either check" in text and "CAPTURE_ORDER_CHECK=1" in text
+    assert "| model | mode | GPU truth | guard | whole-process | check s (first / warm) |" in text
+    assert "| `llama` | decode | correct [0 0.001 0] | correct, no finding | no finding | 12.5 / 3.2 |" in text
+    assert "| correct, no finding | rule 10 (freed_under_graph) | 12.5 / 3.2 |" in text
+    assert "whole-process" not in runner.summary(fake_results())   # results from before the column
 
 
 def test_the_summary_counts_clean_entries_and_shows_truth_guard_and_check_time():
@@ -159,6 +184,7 @@ def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_die
 
     monkeypatch.setattr(runner, "check_entry", check_entry)
     monkeypatch.setattr(runner, "time_warm_checks", lambda results, **options: None)
+    monkeypatch.setattr(runner, "process_entry", lambda name, **options: {**QUIET, "name": name})
     correct = {"outcome": "correct", "errors": [0.0, 0.0, 0.0]}
     monkeypatch.setattr(runner, "run_in_child", lambda entry, payload, timeout: {
         "truths": {"llama_decode": correct}, "child_error": {"message": "RuntimeError: CUDA error: an illegal memory access"}})
@@ -166,6 +192,14 @@ def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_die
     assert [(r["name"], r["truth"]["outcome"], r["clean"]) for r in results] == [
         ("llama_decode", "correct", True), ("qwen2_forward", None, False)]
     assert results[1]["truth"]["message"] == "RuntimeError: CUDA error: an illegal memory access"
+    assert [r["process"]["name"] for r in results] == ["llama_decode", "qwen2_forward"]   # each its own
+
+
+def test_a_whole_process_child_that_died_is_the_entrys_problem(monkeypatch):
+    monkeypatch.setattr(runner, "run_in_child", lambda entry, payload, timeout: {
+        "child_error": {"message": "the child was killed by SIGKILL"}})
+    process = runner.process_entry("llama_decode", dtype="bfloat16", replays=3, seed=0, timeout=5)
+    assert process == {"rules": [], "findings": [], "problem": "the child was killed by SIGKILL", "captures": 0}
 
 
 def test_gpu_demo_zoo_is_the_runner():
@@ -197,6 +231,16 @@ def test_a_decode_steps_replays_match_a_second_build_and_the_guard_passes_it():
     assert truth["outcome"] == "correct", truth
     report = check_capture(zoo.entry("llama_decode").target, dtype=torch.bfloat16)
     assert report.passed and report.findings == [], report.format()
+
+
+@pytest.mark.gpu
+def test_the_whole_process_check_finds_nothing_in_a_served_decode_step():
+    from gpu_demo.protocol.child import run_in_child
+
+    result = run_in_child("gpu_demo.zoo.runner:process_in_child",
+                          {"name": "llama_decode", "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
+    assert "child_error" not in result, result["child_error"]
+    assert result["captures"] == 1 and result["findings"] == [] and result["problem"] is None, result
 
 
 def test_warm_times_come_from_one_worker_primed_by_a_first_check(monkeypatch):

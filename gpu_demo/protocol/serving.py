@@ -1,14 +1,14 @@
-"""A function program run the way a server starts up and serves, for the checks that watch a whole process.
+"""A factory's function run the way a server starts up and serves, for the checks that watch a whole process.
 
 The whole-process check (``CAPTURE_ORDER_CHECK=1``) and the anchors see a
-program only through what it does; a function program (``make``) does
-nothing by itself. ``serve`` gives it a server's start-up: eager calls, one
-capture, replays with fresh inputs.
+program only through what it does; a factory (``make(device, dtype)``: a
+corpus program's, a zoo entry's) does nothing by itself. ``serve`` gives its
+function a server's start-up: eager calls, one capture, replays with fresh inputs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -16,13 +16,14 @@ from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.capture_replay import fresh_like
 
 
-def serve(program: Any, dtype: torch.dtype, replays: int, seed: int, calls: int = 3) -> None:
-    """A function program run the way a server starts up and serves: ``calls`` eager calls
+def serve(make: Callable[[torch.device, torch.dtype], tuple[Callable[..., Any], list[torch.Tensor]]],
+          dtype: torch.dtype, replays: int, seed: int, calls: int = 3) -> None:
+    """``make``'s function run the way a server starts up and serves: ``calls`` eager calls
     (a side stream, as ``torch.cuda.graph``'s docs ask), one capture, ``replays`` replays
     with fresh inputs copied into the captured ones. A replay that faults ends it."""
     device = torch.device("cuda")
     torch.manual_seed(seed)
-    fn, examples = program.make(device, dtype)
+    fn, examples = make(device, dtype)
     inputs = [t.clone() for t in examples]
     generator = torch.Generator().manual_seed(seed + 2)
     with torch.no_grad():
