@@ -209,16 +209,13 @@ class CaptureChecker:
         self._checked_upto = len(self.recorder.trace.records)
 
 
-_OTHER_GRAPHS_KEPT = (Capture, Free)   # which memory is whose: brackets (and the Allocs between), frees
-
-
 def _at_capture_end(records: list[Record], graph: int) -> list[Record]:
-    """What the check at ``graph``'s capture end needs: the records of no graph and of ``graph``;
-    of the others only their brackets and frees, which say whose memory a block is. Their nodes
-    and replays add nothing new then: a finding about them was reported at their own capture's
-    end, or needs a replay (rules 10 and 11), and is reported there. So each capture-end check
-    is as long as that capture and its eager calls, not as long as the start-up so far."""
-    return [r for r in records if getattr(r, "graph", None) in (None, graph) or type(r) in _OTHER_GRAPHS_KEPT]
+    """What the check at ``graph``'s capture end needs: the records of no graph and of ``graph``,
+    and the other graphs' brackets, so that the allocations between them stay graph memory. Their
+    nodes, frees and replays add nothing new then: a finding about them was reported at their own
+    capture's end, or needs a replay (rules 10 and 11), and is reported there. So each capture-end
+    check is as long as that capture and its eager calls, not as long as the start-up so far."""
+    return [r for r in records if getattr(r, "graph", None) in (None, graph) or type(r) is Capture]
 
 
 def _key(finding: Finding) -> tuple[Any, ...]:

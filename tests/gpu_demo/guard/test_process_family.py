@@ -290,3 +290,28 @@ def test_the_whole_process_check_lets_the_young_generation_grow_and_leaves_a_col
             assert gc.get_threshold() == already
     finally:
         gc.set_threshold(*saved)
+
+
+def test_a_capture_end_is_checked_on_that_capture_its_eager_calls_and_the_brackets_of_the_others(
+        streams, fake_graph_methods):
+    # The start-up's cost: each capture-end check reads its own capture, not every earlier graph's.
+    from gpu_demo.guard import process
+
+    first = FakeGraph()
+    with recording(streams) as recorder:
+        x = torch.randn(64)
+        with cuda_graph(first, streams):
+            kept = x * 2                                   # allocated in graph 0's capture: graph memory
+            runtime.memory_deallocation((x * 3).untyped_storage().data_ptr())   # a block freed in it
+        torch.cuda.CUDAGraph.replay(first)
+        x.add(1)                                           # eager work before the next capture
+        with cuda_graph(FakeGraph(), streams):
+            kept.mul(4)
+    records = recorder.trace.records
+    seen = process._at_capture_end(records, 1)
+    assert [(r.op, r.graph) for r in seen if type(r) is Capture] == [("begin", 0), ("end", 0), ("begin", 1), ("end", 1)]
+    assert {r.graph for r in seen if type(r) is Launch} == {None, 1}
+    dropped = [type(r) for r in records if type(r) in (Replay, Free) and r.graph == 0]
+    assert dropped == [Free, Replay] and not any(type(r) in (Replay, Free) and r.graph == 0 for r in seen)
+    assert [r.ptr for r in seen if type(r) is Alloc] == [r.ptr for r in records if type(r) is Alloc]
+    assert len(seen) < len(records)
