@@ -2,8 +2,10 @@
 # The incident family's GPU results (issue 23), run on the device from the repo root, each step
 # timed (about 5 minutes each at most): the corpus in both modes with the two sanitizer anchors
 # (gpu_demo/results/corpus-h200.json), the whole-process check's cost on a server start-up
-# ($OUT/process-startup-overhead.json), and the GPU tests of the recorder, the whole-process
-# check and the corpus. JSON files carry their provenance; copies land in $OUT.
+# ($OUT/process-startup-overhead.json), the model zoo under both checks ($OUT/zoo-h200.json), and
+# the GPU tests of the recorder, the whole-process check and the corpus. JSON files carry their
+# provenance; copies land in $OUT. About 8 minutes in all; the seat's whole test command
+# (python3 scripts/check_seat.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out/results}
@@ -14,6 +16,8 @@ cp gpu_demo/results/corpus-h200.json "$OUT/"
 python3 -m gpu_demo corpus --summary > "$OUT/corpus-summary.md"
 time timeout 300 python3 benchmarks/process_startup_overhead.py --repeats 3 --out "$OUT/process-startup-overhead.json"
 echo "process-startup-overhead exit: $?"
+time timeout 300 python3 -m gpu_demo.zoo.runner --out "$OUT/zoo-h200.json" --jobs 4
+echo "zoo exit: $?"
 time timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu \
     tests/gpu_demo/test_corpus.py tests/gpu_demo/guard/test_process_family.py tests/gpu_demo/guard/test_autocheck.py \
     tests/gpu_demo/record --junitxml="$OUT/family-gpu-tests.xml" 2>&1 | tail -30
