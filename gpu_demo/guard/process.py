@@ -3,8 +3,11 @@
 ``capture_checked()`` records everything inside its ``with`` block: the eager
 calls before a capture, the capture, and the replays, frees and eager work
 after it. It runs ``simlib.checker`` on what was recorded at the end of each
-capture, again at a replay when something a rule follows has happened since
-the last check (a block a graph uses was freed, or another graph replayed),
+capture; at a graph's first replay, with the graph's static inputs named (no
+capture names them: they are the tensors it reads that the program wrote into
+since the capture, ``with_inputs``), so rule 7 sees what the warm-up derived
+from them; again at a replay when something a rule follows has happened since
+the last check (a block a graph uses was freed, or another graph replayed);
 and once more when the block exits. Each finding is reported once, at the
 first check that sees it. A hazard raises ``AssertionError`` with the report
 when the block exits (``on_hazard="warn"`` warns a ``CaptureHazardWarning``
@@ -20,10 +23,10 @@ it as ``check_capture`` compares its warm-up calls.
 ``check_process()`` does the same for every capture until the process ends
 (``CAPTURE_ORDER_CHECK=1``; ``gpu_demo.autocheck`` starts it), with a last
 check at exit. It keeps the records of every capture and replay; of the
-eager work, what came after the last capture began (a server warms each
-batch size up right before capturing it), and never more than
-``EAGER_WINDOW`` records, so the trace and each check stay bounded in a
-long run. Recording eager work costs what ``capture_checked``
+eager work, the warm-ups of the graphs not yet replayed (a server warms each
+batch size up right before capturing it, and serves once all are captured),
+and never more than ``EAGER_WINDOW`` records, so the trace and each check stay
+bounded in a long run. Recording eager work costs what ``capture_checked``
 costs per op (``benchmarks``: the start-up that captures 8 batch sizes).
 ``torch.cuda.make_graphed_callables`` captures through ``torch.cuda.graph``
 with a shared pool, so both forms check it unchanged. One capture at a time.
@@ -37,7 +40,7 @@ import gc
 import os
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator
 
 import torch
@@ -94,6 +97,7 @@ class CaptureChecker:
     _last_replayed: int | None = None
     _freed_since_replay: bool = False   # a block a graph uses was freed, and no replay was checked since
     _graph_ranges: list[tuple[int, int]] = field(default_factory=list)   # sorted (lo, hi) the graphs touch
+    _replayed: set[int] = field(default_factory=set)   # graphs replayed (their first replay was checked)
 
     def __post_init__(self) -> None:
         _valid(self.on_hazard)
@@ -126,23 +130,27 @@ class CaptureChecker:
         # A free of graph memory since the last check: this check moves past it, and the next
         # replay must still be checked after it (rules 10 and 11 fire at replays).
         self._freed_since_replay |= any(map(self._frees_graph_memory, records[self._checked_upto:]))
-        self._check(graph, with_calls(_at_capture_end(records, graph), graph), f"capture of graph {graph}",
+        self._check(graph, with_calls(_of_graph(records, graph), graph), f"capture of graph {graph}",
                     failed, end.error, always=True)
-        if self.window is not None:   # the next capture's eager calls come after this one
-            begin = next(i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph)
-            self._trim(begin)
+        self._trim_warm_ups()
 
     def check_replay(self, graph: int) -> None:
-        """At a replay of ``graph``, when since the last check a block a graph uses was freed or
-        another graph replayed (rules 10 and 11 follow those)."""
+        """At a replay of ``graph``: its first, with the static inputs the program refreshed
+        since the capture (rule 7); and any, when since the last check a block a graph uses
+        was freed or another graph replayed (rules 10 and 11 follow those)."""
         records = self.recorder.trace.records
         since = records[self._checked_upto:]
         other, self._last_replayed = self._last_replayed not in (None, graph), graph
-        if other or self._freed_since_replay or any(map(self._frees_graph_memory, since)):
+        changed = other or self._freed_since_replay or any(map(self._frees_graph_memory, since))
+        replay = records[-1]
+        what = f"replay #{replay.index if type(replay) is Replay else '?'} of graph {graph}"
+        if graph not in self._replayed:
+            self._replayed.add(graph)
+            self._check(graph, with_inputs(_of_graph(records, graph), graph), what, "", None)
+            self._trim_warm_ups()
+        if changed:
             self._freed_since_replay = False
-            replay = records[-1]
-            index = replay.index if type(replay) is Replay else "?"
-            self._check(graph, records, f"replay #{index} of graph {graph}", "", None)
+            self._check(graph, self.recorder.trace.records, what, "", None)
 
     def check_now(self, what: str = "at the end") -> None:
         """A last check (the block exits, the process ends): reads after the last replay."""
@@ -190,6 +198,18 @@ class CaptureChecker:
     def _frees_graph_memory(self, r: Record) -> bool:
         return type(r) is Free and self._touched(r.ptr, r.nbytes)
 
+    def _trim_warm_ups(self) -> None:
+        """Whole-process checking: drop the eager records no check needs again, those before the
+        warm-up of the oldest graph not yet replayed (its first replay reads it, for rule 7)."""
+        if self.window is None:
+            return
+        records = self.recorder.trace.records
+        ends = [(i, r.graph) for i, r in enumerate(records) if type(r) is Capture and r.op == "end"]
+        waiting = [k for k, (_, g) in enumerate(ends) if g not in self._replayed]
+        cut = ends[waiting[0] - 1][0] + 1 if waiting and waiting[0] else 0 if waiting else len(records)
+        if cut:
+            self._trim(cut)
+
     def _trim(self, cut: int) -> None:
         """Whole-process checking: drop the eager records before index ``cut``; every capture's
         and replay's records stay, every allocation made during a capture (graph memory), and
@@ -209,13 +229,56 @@ class CaptureChecker:
         self._checked_upto = len(self.recorder.trace.records)
 
 
-def _at_capture_end(records: list[Record], graph: int) -> list[Record]:
-    """What the check at ``graph``'s capture end needs: the records of no graph and of ``graph``,
-    and the other graphs' brackets, so that the allocations between them stay graph memory. Their
-    nodes, frees and replays add nothing new then: a finding about them was reported at their own
-    capture's end, or needs a replay (rules 10 and 11), and is reported there. So each capture-end
-    check is as long as that capture and its eager calls, not as long as the start-up so far."""
-    return [r for r in records if getattr(r, "graph", None) in (None, graph) or type(r) is Capture]
+def _of_graph(records: list[Record], graph: int) -> list[Record]:
+    """What a check about ``graph`` needs (at its capture's end, at its first replay): from the
+    end of the capture before it on, the records of no graph and of ``graph``; of the other graphs
+    only their brackets and the allocations inside them, which stay graph memory. Their nodes,
+    frees and replays add nothing new: a finding about them was reported at their own capture's
+    end, or needs a replay (rules 10 and 11), and is reported there. Earlier eager work is other
+    graphs' warm-ups: calls of other sizes, not ``graph``'s. So each such check is as long as
+    that capture and its eager calls, not as long as the start-up so far."""
+    begin = next(i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph)
+    start = next((i + 1 for i in range(begin - 1, -1, -1) if type(records[i]) is Capture
+                  and records[i].op == "end"), 0)
+    kept, capturing = [], False
+    for r in records[:start]:
+        kind = type(r)
+        if kind is Capture:
+            capturing = r.op == "begin"
+            kept.append(r)
+        elif kind is Alloc and capturing:
+            kept.append(r)
+    return kept + [r for r in records[start:] if getattr(r, "graph", None) in (None, graph) or type(r) is Capture]
+
+
+def with_inputs(records: list[Record], graph: int) -> list[Record]:
+    """``records`` with ``graph``'s static inputs named on its ``Capture`` records, where its
+    capture named none (a whole process: nobody says which tensors are inputs): what the graph
+    reads, not written by it first, that an eager launch wrote between the capture's end and
+    its latest replay. A program refreshes its inputs so; weights and constants it leaves alone."""
+    bracket = [i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph]
+    replays = [i for i, r in enumerate(records) if type(r) is Replay and r.graph == graph]
+    if len(bracket) != 2 or records[bracket[0]].inputs or not replays or replays[-1] < bracket[1]:
+        return records
+    written: list[tuple[int, int]] = []
+    reads: list[tuple[int, int, int]] = []   # (lo, hi, ptr) the graph reads before writing
+    for r in records[bracket[0]:bracket[1]]:
+        if type(r) is Launch and r.graph == graph:
+            for a in r.args:
+                lo, hi = a.ptr, a.ptr + a.nbytes
+                if a.reads and a.nbytes and a.ptr and not any(p < hi and lo < q for p, q in written):
+                    reads.append((lo, hi, a.ptr))
+                if a.writes and a.nbytes:
+                    written.append((lo, hi))
+    refreshed = [(a.ptr, a.ptr + a.nbytes) for r in records[bracket[1]:replays[-1]]
+                 if type(r) is Launch and r.graph is None for a in r.args if a.writes and a.nbytes]
+    inputs = tuple(dict.fromkeys(ptr for lo, hi, ptr in reads if any(p < hi and lo < q for p, q in refreshed)))
+    if not inputs:
+        return records
+    out = list(records)
+    for i in bracket:
+        out[i] = replace(records[i], inputs=inputs)
+    return out
 
 
 def _key(finding: Finding) -> tuple[Any, ...]:

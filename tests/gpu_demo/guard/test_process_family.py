@@ -8,6 +8,8 @@ graph still uses fire at the replay; the warning points at the user's line.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -135,6 +137,7 @@ def test_a_free_of_memory_no_graph_uses_triggers_no_check_at_the_replay(streams,
         x, other = torch.randn(64) * 1, torch.randn(64) * 1
         with cuda_graph(graph, streams):
             x.mul(2)
+        torch.cuda.CUDAGraph.replay(graph)   # the first replay is checked (its inputs, rule 7)
         other.add(1)
         runtime.memory_deallocation(other.untyped_storage().data_ptr())
         torch.cuda.CUDAGraph.replay(graph)
@@ -175,14 +178,20 @@ def test_the_trim_keeps_the_allocations_made_in_a_capture_and_the_frees_of_graph
         runtime.memory_deallocation(workspace.untyped_storage().data_ptr())
         for _ in range(5):
             cache.add(1)
-        with cuda_graph(FakeGraph(), streams):   # a second capture: a check, then the trim
+        second = FakeGraph()
+        with cuda_graph(second, streams):        # a second capture: a check
             cache.mul(3)
+        assert checker._freed_since_replay       # the next replay of graph 0 is checked after that free
+        warm_up = [r for r in recorder.trace.records if type(r) is Launch and r.kernel.startswith("aten.add")]
+        assert len(warm_up) == 5                 # graph 1's warm-up, kept for its first replay (rule 7)
+        with pytest.warns(CaptureHazardWarning, match="freed_under_graph"):   # the workspace, freed above
+            torch.cuda.CUDAGraph.replay(graph)
+        torch.cuda.CUDAGraph.replay(second)      # every graph replayed: no warm-up is needed again
     kept = recorder.trace.records
     cache_ptr, workspace_ptr = cache.untyped_storage().data_ptr(), workspace.untyped_storage().data_ptr()
     assert any(type(r) is Alloc and r.ptr == cache_ptr for r in kept)
     assert any(type(r) is Free and r.ptr == workspace_ptr for r in kept)
     assert not any(type(r) is Launch and r.graph is None and r.kernel.startswith("aten.add") for r in kept)
-    assert checker._freed_since_replay   # the next replay of graph 0 is checked after that free
 
 
 def test_torch_compile_compiles_under_the_check_and_the_compiled_codes_ops_are_recorded():
@@ -294,7 +303,9 @@ def test_the_whole_process_check_lets_the_young_generation_grow_and_leaves_a_col
 
 def test_a_capture_end_is_checked_on_that_capture_its_eager_calls_and_the_brackets_of_the_others(
         streams, fake_graph_methods):
-    # The start-up's cost: each capture-end check reads its own capture, not every earlier graph's.
+    # The start-up's cost: each capture-end check reads its own capture and the eager work since the
+    # capture before it, not every earlier graph's nodes and warm-ups; allocations inside the other
+    # captures stay (graph memory).
     from gpu_demo.guard import process
 
     first = FakeGraph()
@@ -308,10 +319,42 @@ def test_a_capture_end_is_checked_on_that_capture_its_eager_calls_and_the_bracke
         with cuda_graph(FakeGraph(), streams):
             kept.mul(4)
     records = recorder.trace.records
-    seen = process._at_capture_end(records, 1)
+    seen = process._of_graph(records, 1)
     assert [(r.op, r.graph) for r in seen if type(r) is Capture] == [("begin", 0), ("end", 0), ("begin", 1), ("end", 1)]
     assert {r.graph for r in seen if type(r) is Launch} == {None, 1}
     dropped = [type(r) for r in records if type(r) in (Replay, Free) and r.graph == 0]
     assert dropped == [Free, Replay] and not any(type(r) in (Replay, Free) and r.graph == 0 for r in seen)
-    assert [r.ptr for r in seen if type(r) is Alloc] == [r.ptr for r in records if type(r) is Alloc]
+    begin, end = (i for i, r in enumerate(records) if type(r) is Capture and r.graph == 0)
+    allocs = [(i, r.ptr) for i, r in enumerate(records) if type(r) is Alloc]
+    assert any(i < begin for i, _ in allocs)   # x, made before any capture: another size's warm-up, gone
+    assert [r.ptr for r in seen if type(r) is Alloc] == [ptr for i, ptr in allocs if i > begin]
     assert len(seen) < len(records)
+
+
+@pytest.mark.parametrize("captured_writes_it, refreshed", [(False, True), (True, True), (False, False)])
+def test_a_graph_reading_what_only_the_warm_up_derived_from_its_input_is_reported_at_its_first_replay(
+        streams, fake_graph_methods, captured_writes_it, refreshed):
+    # Rule 7 in a whole process: no capture names its static inputs, so the first replay names them,
+    # the tensors the graph reads that the program refreshed eagerly since the capture (data_assign_empty:
+    # the shared branch skipped in capture leaves the warm-up's product in its static buffer).
+    graph = FakeGraph()
+    h, out = torch.randn(8), torch.zeros(8)
+    expected = {"frozen_state"} if refreshed and not captured_writes_it else set()
+    warned = pytest.warns(CaptureHazardWarning, match="frozen_state") if expected else contextlib.nullcontext()
+    with capture_checked(on_hazard="warn", device=streams.device()) as checked:
+        for _ in range(2):
+            torch.mul(h, 2, out=out)        # the warm-up writes out from the input
+            h + out
+        with cuda_graph(graph, streams):
+            if captured_writes_it:
+                torch.mul(h, 2, out=out)
+            h + out                         # without the write, the graph reads what the warm-up left
+        assert rules(checked) == set()      # at the capture's end nobody has said which tensor is the input
+        if refreshed:
+            h.copy_(torch.randn(8))         # a new input into the captured buffer, as a server does
+        with warned:
+            torch.cuda.CUDAGraph.replay(graph)
+    assert rules(checked) == expected
+    if expected:
+        (report,) = [r for r in checked.reports if r.findings]
+        assert "replay #0 of graph 0" in report.text and "static input" in report.text
