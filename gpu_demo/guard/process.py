@@ -150,12 +150,12 @@ class CaptureChecker:
             self._trim_warm_ups()
         if changed:
             self._freed_since_replay = False
-            self._check(graph, self.recorder.trace.records, what, "", None)
+            self._check(graph, _from_replays(self.recorder.trace.records), what, "", None)
 
     def check_now(self, what: str = "at the end") -> None:
         """A last check (the block exits, the process ends): reads after the last replay."""
         if any(type(r) is Capture for r in self.recorder.trace.records):
-            self._check(None, self.recorder.trace.records, what, "", None)
+            self._check(None, _from_replays(self.recorder.trace.records), what, "", None)
 
     def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
                *, always: bool = False) -> None:
@@ -249,6 +249,15 @@ def _of_graph(records: list[Record], graph: int) -> list[Record]:
         elif kind is Alloc and capturing:
             kept.append(r)
     return kept + [r for r in records[start:] if getattr(r, "graph", None) in (None, graph) or type(r) is Capture]
+
+
+def _from_replays(records: list[Record]) -> list[Record]:
+    """What a check at a replay or at the end needs: everything but the eager launches before the
+    first replay. Those were the warm-ups: the capture-end checks compared them with the captures
+    (rules 7 to 9), and before any replay no eager launch can read what one graph's replay
+    clobbered of another's (rule 11). Their frees and allocations stay (rule 10)."""
+    first = next((i for i, r in enumerate(records) if type(r) is Replay), len(records))
+    return [r for r in records[:first] if type(r) is not Launch or r.graph is not None] + records[first:]
 
 
 def with_inputs(records: list[Record], graph: int) -> list[Record]:

@@ -358,3 +358,26 @@ def test_a_graph_reading_what_only_the_warm_up_derived_from_its_input_is_reporte
     if expected:
         (report,) = [r for r in checked.reports if r.findings]
         assert "replay #0 of graph 0" in report.text and "static input" in report.text
+
+
+def test_a_check_at_a_replay_or_the_end_reads_no_warm_up_launch(streams, fake_graph_methods):
+    # The warm-ups were compared with their captures at the capture's end; before any replay no
+    # eager launch can read a clobbered result. Their frees stay, and everything from the first replay.
+    from gpu_demo.guard import process
+
+    graph = FakeGraph()
+    with recording(streams) as recorder:
+        x = torch.randn(64) * 1
+        x.add(1)                                            # warm-up
+        with cuda_graph(graph, streams):
+            y = x * 2
+        runtime.memory_deallocation(x.untyped_storage().data_ptr())
+        torch.cuda.CUDAGraph.replay(graph)
+        y.sub(1)                                            # a read after the replay
+    records = recorder.trace.records
+    seen = process._from_replays(records)
+    eager = [r.kernel.split(".")[1] for r in seen if type(r) is Launch and r.graph is None]
+    assert eager == ["sub"] and [r.kernel.split(".")[1] for r in records if type(r) is Launch
+                                 and r.graph is None] == ["randn", "mul", "add", "sub"]
+    assert [type(r) for r in seen if type(r) in (Free, Replay)] == [Free, Replay]
+    assert [r for r in seen if type(r) is Launch and r.graph == 0]
