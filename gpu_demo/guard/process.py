@@ -38,6 +38,7 @@ import atexit
 import bisect
 import gc
 import os
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -92,6 +93,7 @@ class CaptureChecker:
     raise_at_capture_end: bool = False
     window: int | None = None
     reports: list[CaptureReport] = field(default_factory=list)
+    check_s: float = 0.0   # seconds spent checking so far (what the recording costs besides, it does not know)
     _reported: set[tuple[Any, ...]] = field(default_factory=set)
     _checked_upto: int = 0
     _last_replayed: int | None = None
@@ -159,8 +161,10 @@ class CaptureChecker:
 
     def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
                *, always: bool = False) -> None:
+        started = time.perf_counter()
         trace = Trace(records=self.recorder.finished(records), meta=dict(self.recorder.trace.meta))
         found = [f for f in check(trace) if _key(f) not in self._reported]
+        self.check_s += time.perf_counter() - started
         self._reported.update(_key(f) for f in found)
         self._checked_upto = len(self.recorder.trace.records)
         if self.window is not None and len(self.recorder.trace.records) > self.window:

@@ -156,7 +156,7 @@ def _per_op(samples: list[float], plain: list[float], ops: int) -> float:
 
 
 @contextmanager
-def _gc_time() -> Iterator[list[float]]:
+def collector_time() -> Iterator[list[float]]:
     """Seconds spent in garbage collections inside (the one entry of the yielded list)."""
     spent, started = [0.0], [0.0]
 
@@ -196,7 +196,7 @@ def timed(one_pass: Callable[[], None], clock: Clock,
 
 def _timed_recorded(fn: Callable[..., Any], inputs: list[torch.Tensor], clock: Clock) -> Callable[[], Recorded]:
     def run() -> Recorded:
-        with _gc_time() as in_gc:
+        with collector_time() as in_gc:
             started = clock()
             trace = record_capture(fn, inputs, replays=0)
             if torch.cuda.is_available():

@@ -381,3 +381,14 @@ def test_a_check_at_a_replay_or_the_end_reads_no_warm_up_launch(streams, fake_gr
                                  and r.graph is None] == ["randn", "mul", "add", "sub"]
     assert [type(r) for r in seen if type(r) in (Free, Replay)] == [Free, Replay]
     assert [r for r in seen if type(r) is Launch and r.graph == 0]
+
+
+def test_the_checker_keeps_the_time_its_checks_took(streams, fake_graph_methods):
+    # What the start-up benchmark splits the overhead by: checking against recording.
+    with capture_checked(device=streams.device()) as checked:
+        x = torch.randn(8)
+        assert checked.check_s == 0.0
+        with cuda_graph(FakeGraph(), streams):
+            x.mul(2)
+        after_capture = checked.check_s
+    assert 0.0 < after_capture < checked.check_s   # the capture's end, then the block's
