@@ -210,9 +210,11 @@ class CaptureChecker:
         records = self.recorder.trace.records
         ends = [(i, r.graph) for i, r in enumerate(records) if type(r) is Capture and r.op == "end"]
         waiting = [k for k, (_, g) in enumerate(ends) if g not in self._replayed]
-        cut = ends[waiting[0] - 1][0] + 1 if waiting and waiting[0] else 0 if waiting else len(records)
-        if cut:
-            self._trim(cut)
+        if not waiting:
+            self._trim(len(records))               # every graph replayed: no warm-up is needed again
+        elif waiting[0]:
+            self._trim(ends[waiting[0] - 1][0] + 1)  # from the end of the capture before it on
+        # else the oldest one waiting is the first graph: its warm-up is the recording's start
 
     def _trim(self, cut: int) -> None:
         """Whole-process checking: drop the eager records before index ``cut``; every capture's
