@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -96,24 +95,19 @@ def script_truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[st
 def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """The whole-process check over one program (``gpu_demo.protocol.child`` entry; needs CUDA):
     every check's findings, and what stopped the program if something did."""
-    from gpu_demo.guard.process import check_process
+    from gpu_demo.guard.process import checked_run
 
-    checker = check_process("warn")
     program = corpus.load(payload["name"])
     dtype = DTYPES[payload["dtype"]]
-    problem = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the reports are the result
-        try:
-            if corpus.is_script(payload["name"]):
-                torch.manual_seed(payload["seed"])
-                program.run(torch.device("cuda"), dtype)
-            else:
-                serve(program.make, dtype, payload["replays"], payload["seed"])
-        except Exception as exc:   # a capture error or a fault is the program's outcome, the checks stand
-            problem = one_line(exc)
-        checker.check_now("when the program ended")   # records only: a faulted context is not touched
-    return checker.summary(problem)
+
+    def run() -> None:
+        if corpus.is_script(payload["name"]):
+            torch.manual_seed(payload["seed"])
+            program.run(torch.device("cuda"), dtype)
+        else:
+            serve(program.make, dtype, payload["replays"], payload["seed"])
+
+    return checked_run(run, "when the program ended")
 
 
 def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: int = 0,

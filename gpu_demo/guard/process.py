@@ -5,7 +5,7 @@ calls before a capture, the capture, and the replays, frees and eager work
 after it. It runs ``simlib.checker`` on what was recorded at the end of each
 capture; at a graph's first replay, with the graph's static inputs named (no
 capture names them: they are the tensors it reads that the program wrote into
-since the capture, ``with_inputs``), so rule 7 sees what the warm-up derived
+since the capture, ``_with_inputs``), so rule 7 sees what the warm-up derived
 from them; again at a replay when something a rule follows has happened since
 the last check (a block a graph uses was freed, or another graph replayed);
 and once more when the block exits. Each finding is reported once, at the
@@ -42,15 +42,17 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
+from gpu_demo.protocol.cuda_errors import one_line
 from gpu_demo.record.call_site import user_stacklevel
 from gpu_demo.record.calls import with_calls
 from gpu_demo.record.cuda_device import Device
 from gpu_demo.record.recorder import CaptureRecorder
 from simlib.checker import Finding, check, format_report
+from simlib.checker.intervals import Intervals
 from simlib.trace import Alloc, Capture, Free, Launch, Record, Replay, Trace
 
 ON_HAZARD = ("raise", "warn")
@@ -148,7 +150,7 @@ class CaptureChecker:
         what = f"replay #{replay.index if type(replay) is Replay else '?'} of graph {graph}"
         if graph not in self._replayed:
             self._replayed.add(graph)
-            self._check(graph, with_inputs(_of_graph(records, graph), graph), what, "", None)
+            self._check(graph, _with_inputs(_of_graph(records, graph), graph), what, "", None)
             self._trim_warm_ups()
         if changed:
             self._freed_since_replay = False
@@ -266,7 +268,7 @@ def _from_replays(records: list[Record]) -> list[Record]:
     return [r for r in records[:first] if type(r) is not Launch or r.graph is not None] + records[first:]
 
 
-def with_inputs(records: list[Record], graph: int) -> list[Record]:
+def _with_inputs(records: list[Record], graph: int) -> list[Record]:
     """``records`` with ``graph``'s static inputs named on its ``Capture`` records, where its
     capture named none (a whole process: nobody says which tensors are inputs): what the graph
     reads, not written by it first, that an eager launch wrote between the capture's end and
@@ -275,25 +277,45 @@ def with_inputs(records: list[Record], graph: int) -> list[Record]:
     replays = [i for i, r in enumerate(records) if type(r) is Replay and r.graph == graph]
     if len(bracket) != 2 or records[bracket[0]].inputs or not replays or replays[-1] < bracket[1]:
         return records
-    written: list[tuple[int, int]] = []
+    written: Intervals[None] = Intervals()
     reads: list[tuple[int, int, int]] = []   # (lo, hi, ptr) the graph reads before writing
     for r in records[bracket[0]:bracket[1]]:
         if type(r) is Launch and r.graph == graph:
             for a in r.args:
+                if not a.nbytes:
+                    continue
                 lo, hi = a.ptr, a.ptr + a.nbytes
-                if a.reads and a.nbytes and a.ptr and not any(p < hi and lo < q for p, q in written):
+                if a.reads and a.ptr and not written.overlapping(lo, hi):
                     reads.append((lo, hi, a.ptr))
-                if a.writes and a.nbytes:
-                    written.append((lo, hi))
-    refreshed = [(a.ptr, a.ptr + a.nbytes) for r in records[bracket[1]:replays[-1]]
-                 if type(r) is Launch and r.graph is None for a in r.args if a.writes and a.nbytes]
-    inputs = tuple(dict.fromkeys(ptr for lo, hi, ptr in reads if any(p < hi and lo < q for p, q in refreshed)))
+                if a.writes:
+                    written.put(lo, hi, None)
+    refreshed: Intervals[None] = Intervals(((a.ptr, a.ptr + a.nbytes), None) for r in records[bracket[1]:replays[-1]]
+                                           if type(r) is Launch and r.graph is None
+                                           for a in r.args if a.writes and a.nbytes)
+    inputs = tuple(dict.fromkeys(ptr for lo, hi, ptr in reads if refreshed.overlapping(lo, hi)))
     if not inputs:
         return records
     out = list(records)
     for i in bracket:
         out[i] = replace(records[i], inputs=inputs)
     return out
+
+
+def checked_run(run: Callable[[], Any], what: str) -> dict[str, Any]:
+    """``run()`` under the whole-process check (started here if it is not yet), its warnings
+    silenced (the reports are the result), then a last check ``what``: the checker's ``summary``,
+    with what stopped ``run`` if something did (a capture error or a fault is the program's
+    outcome; what the checks said stands). What the corpus and zoo runners' children record."""
+    checker = check_process("warn")
+    problem = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            run()
+        except Exception as exc:
+            problem = one_line(exc)
+        checker.check_now(what)   # records only: a faulted context is not touched
+    return checker.summary(problem)
 
 
 def _key(finding: Finding) -> tuple[Any, ...]:

@@ -32,7 +32,6 @@ import json
 import os
 import sys
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from importlib import metadata
@@ -43,10 +42,9 @@ import torch
 
 from gpu_demo import zoo
 from gpu_demo.guard.check import check_capture
-from gpu_demo.guard.process import check_process
+from gpu_demo.guard.process import checked_run
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.cuda_errors import one_line
 from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
 from gpu_demo.protocol.serving import serve
 from gpu_demo.protocol.tolerance import DTYPES
@@ -87,17 +85,8 @@ def truth(name: str, *, dtype: torch.dtype, replays: int, seed: int) -> dict[str
 def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """The whole-process check over one entry served as a server would serve it
     (``gpu_demo.protocol.child`` entry; needs CUDA): every check's findings."""
-    checker = check_process("warn")
-    problem = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the reports are the result
-        try:
-            serve(zoo.factory(zoo.entry(payload["name"])), DTYPES[payload["dtype"]], payload["replays"],
-                  payload["seed"])
-        except Exception as exc:   # a fault is the entry's outcome; what the checks said stands
-            problem = one_line(exc)
-        checker.check_now("when the entry was served")
-    return checker.summary(problem)
+    return checked_run(lambda: serve(zoo.factory(zoo.entry(payload["name"])), DTYPES[payload["dtype"]],
+                                     payload["replays"], payload["seed"]), "when the entry was served")
 
 
 def process_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:
