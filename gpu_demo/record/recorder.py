@@ -295,10 +295,9 @@ class CaptureRecorder(QuickDispatchMode):
             for record in records:
                 rename_in_place(record, streams, names)
             return records
-        if self._copies_for != (streams, names):   # the names changed: every copy is stale
-            self._copies_for, self._copies = (streams, dict(names)), {}
-        old, self._copies = self._copies, {}
-        copies = self._copies
+        old = self._copies if self._copies_for == (streams, names) else {}   # names changed: all stale
+        self._copies_for, copies = (streams, dict(names)), {}
+        self._copies = copies
         out = []
         for r in records:   # a record never changes once written: its copy from the last call stands
             kept = old.get(id(r))
@@ -757,9 +756,9 @@ class CaptureRecorder(QuickDispatchMode):
             self._host_reads.arm(self._host_read)  # from now on a read of its shape may decide what is captured
 
     def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
-        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``;
-        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its
-        block last), with an ``Alloc`` if the runtime handed the block out for it."""
+        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``, with an
+        ``Alloc`` if the runtime handed the block out and no op claimed it yet (``_Pending``);
+        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its block last)."""
         handle = self._handles.get(id(t))               # ``_handle``, inlined
         if handle is None or handle.ref() is not t:
             handle = self._new_handle(t)
@@ -773,14 +772,14 @@ class CaptureRecorder(QuickDispatchMode):
                              handle)
         if made_on is not None and block:
             self._made_on[block] = made_on
-        pending = self._pending
-        if pending.pointers and block in pending.pointers:
+        pending, pool = self._pending, None
+        if pending.pointers and block in pending.pointers:   # handed out since the last op
             pending.pointers.remove(block)
-            self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(),
-                      self._pool())
-        elif pending.unowned and block in pending.unowned:
-            self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(),
-                      pending.unowned.pop(block))
+            pool = self._pool()
+        elif pending.unowned and block in pending.unowned:   # earlier, and no op has used it since
+            pool = pending.unowned.pop(block)
+        if pool is not None:
+            self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(), pool)
         left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
         return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), extent_bytes(t), access,
                    left if left > 0 else 0)
