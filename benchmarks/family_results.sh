@@ -14,7 +14,7 @@ time python3 -m gpu_demo corpus --anchors --jobs 16 --timeout 150
 echo "corpus exit: $?"
 cp gpu_demo/results/corpus-h200.json "$OUT/"
 python3 -m gpu_demo corpus --summary > "$OUT/corpus-summary.md"
-time timeout 300 python3 benchmarks/process_startup_overhead.py --repeats 3 --out "$OUT/process-startup-overhead.json"
+time timeout 300 python3 benchmarks/process_startup_overhead.py --repeats 5 --out "$OUT/process-startup-overhead.json"
 echo "process-startup-overhead exit: $?"
 time timeout 300 python3 -m gpu_demo.zoo.runner --out "$OUT/zoo-h200.json" --jobs 4
 echo "zoo exit: $?"

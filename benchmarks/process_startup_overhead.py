@@ -90,7 +90,7 @@ def run_child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="JSON results (default: print only)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--layers", type=int, default=61)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--child", choices=("unchecked", "checked"), help=argparse.SUPPRESS)

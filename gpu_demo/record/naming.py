@@ -2,8 +2,8 @@
 
 A raw stream id is a ``cudaStream_t`` address: different on every run and
 meaningless to a reader. The recorder writes each record with a provisional
-key (``StreamNames.key``) and renames every record once it knows the final
-names (``StreamNames.final``), which depend on the whole recording:
+key and renames every record once it knows the final names
+(``StreamNames.final``), which depend on the whole recording:
 
 * a stream a capture began on is ``main`` (``main2``... if captures began on
   several);
@@ -14,7 +14,11 @@ names (``StreamNames.final``), which depend on the whole recording:
 * a stream an ``annotate.issuing_on`` mark named first keeps that name.
 
 Names depend only on the order of first appearance, never on the ids, so the
-same program records the same names on every run.
+same program records the same names on every run. A stream's key is the name
+it would get if the recording ended at its first sight (unless another stream's
+key is that name already): it rarely changes, so a check of the recording so far
+copies only the records of the streams whose names did (``final`` leaves the
+others out).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ LEGACY_DEFAULT: RawStream = 0
 
 @dataclass(slots=True)
 class _Seen:
-    key: str                           # the provisional name (``StreamNames.key``)
+    key: str = ""                      # the provisional name, set at first sight (``StreamNames._key``)
     began_capture: int | None = None   # order among capture-begin streams
     in_capture: int | None = None      # order of first appearance during a capture
     mark: str | None = None
@@ -45,11 +49,6 @@ class StreamNames:
         self._captures = 0
         self._in_capture = 0
 
-    @staticmethod
-    def key(raw: RawStream) -> str:
-        """The provisional name records carry until ``final`` renames them."""
-        return f"cuda-stream-{raw}"
-
     def saw(self, raw: RawStream, *, capturing: bool, mark: str | None = None) -> str:
         """Note that ``raw`` was used (during a capture or not, under ``mark``); its key."""
         seen = self._seen.get(raw) or self._first_sight(raw)
@@ -57,7 +56,7 @@ class StreamNames:
             seen.in_capture, self._in_capture = self._in_capture, self._in_capture + 1
         if mark and seen.mark is None:
             seen.mark = mark
-        return seen.key
+        return seen.key or self._key(raw, seen)
 
     def began_capture(self, raw: RawStream) -> str:
         """Note that a capture began on ``raw``; its key."""
@@ -67,11 +66,21 @@ class StreamNames:
         return self.saw(raw, capturing=True)
 
     def _first_sight(self, raw: RawStream) -> _Seen:
-        seen = self._seen[raw] = _Seen(self.key(raw))
+        seen = self._seen[raw] = _Seen()
         return seen
 
+    def _key(self, raw: RawStream, seen: _Seen) -> str:
+        """The name ``raw`` would get now, or where another stream's key is that name, its id."""
+        name = self._names()[raw]
+        seen.key = name if all(s.key != name for s in self._seen.values()) else f"cuda-stream-{raw}"
+        return seen.key
+
     def final(self) -> dict[str, str]:
-        """Provisional key -> readable name, for every stream seen so far."""
+        """Provisional key -> readable name, for every stream whose name is not its key."""
+        return {s.key: name for raw, name in self._names().items() if (s := self._seen[raw]).key != name}
+
+    def _names(self) -> dict[RawStream, str]:
+        """Each stream's readable name, from what the recording saw so far."""
         names = {raw: s.mark for raw, s in self._seen.items() if s.mark}
         taken = set(names.values())
 
@@ -95,7 +104,7 @@ class StreamNames:
             names[LEGACY_DEFAULT] = "default"
             taken.add("default")
         assign(list(self._seen), "side")
-        return {self.key(raw): name for raw, name in names.items()}
+        return names
 
 
 NAMED_BY_TENSOR = (Mutation, View, HostRead, Alloc)   # records labelled with one tensor's name
@@ -119,8 +128,8 @@ def rename_in_place(record: Record, streams: dict[str, str], names: dict[int, st
 def renamed_copy(record: Record, streams: dict[str, str], names: dict[int, str]) -> Record:
     """``rename_in_place`` on a copy of ``record`` and of its ``Arg``s; the record stays as it is."""
     copy = _copy(record)
-    if type(copy) is Launch or type(copy) is SkippedLaunch:
-        copy.args = tuple(_copy(a) for a in copy.args)
+    if (type(copy) is Launch or type(copy) is SkippedLaunch) and names and any(a.tensor in names for a in copy.args):
+        copy.args = tuple(_copy(a) for a in copy.args)   # else its ``Arg``s are the record's: nothing renames them
     rename_in_place(copy, streams, names)
     return copy
 

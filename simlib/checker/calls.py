@@ -27,6 +27,14 @@ class CallRecord:
     end: int | None = None
     launches: list[Launch] = field(default_factory=list)
     _keyed: dict[LaunchKey, Launch] | None = None
+    _by_role: dict[str, list[Launch]] = field(default_factory=dict)
+
+    def of_role(self, role: str) -> list[Launch]:
+        """The call's launches of that role (``"h2d"``), in issue order: rule 9 asks for each
+        argument of each captured node, so a scan of every launch each time would be quadratic."""
+        if role not in self._by_role:
+            self._by_role[role] = [launch for launch in self.launches if launch.role == role]
+        return self._by_role[role]
 
     def keyed(self) -> dict[LaunchKey, Launch]:
         """Each launch under its ``(site, kernel, n)`` key."""

@@ -385,10 +385,36 @@ def test_a_check_at_a_replay_or_the_end_reads_no_warm_up_launch(streams, fake_gr
 
 def test_the_checker_keeps_the_time_its_checks_took(streams, fake_graph_methods):
     # What the start-up benchmark splits the overhead by: checking against recording.
+    graph = FakeGraph()
     with capture_checked(device=streams.device()) as checked:
         x = torch.randn(8)
         assert checked.check_s == 0.0
-        with cuda_graph(FakeGraph(), streams):
+        with cuda_graph(graph, streams):
             x.mul(2)
         after_capture = checked.check_s
-    assert 0.0 < after_capture < checked.check_s   # the capture's end, then the block's
+        torch.cuda.CUDAGraph.replay(graph)
+        after_replay = checked.check_s
+    assert 0.0 < after_capture < after_replay < checked.check_s   # the capture's end, its first replay, the block's
+
+
+def test_the_end_check_is_skipped_where_no_graph_replayed(streams, fake_graph_methods):
+    # A server's start-up: every batch size captured, none replayed yet. The capture-end checks
+    # saw everything a rule could use (a free of graph memory matters before a later replay).
+    with capture_checked(device=streams.device()) as checked:
+        x = torch.randn(64) * 1                   # outside the graphs' pool
+        for _ in range(2):
+            with cuda_graph(FakeGraph(), streams):
+                x.mul(2)
+        x.add(1)
+        runtime.memory_deallocation(x.untyped_storage().data_ptr())
+        upto, spent = checked._checked_upto, checked.check_s
+    assert (checked._checked_upto, checked.check_s) == (upto, spent)
+    assert rules(checked) == set()
+
+
+def test_a_capture_still_open_when_the_block_ends_is_checked_at_the_end(streams, fake_graph_methods):
+    with capture_checked(on_hazard="warn", device=streams.device()) as checked:
+        with streams.on(CAPTURE):
+            torch.cuda.CUDAGraph.capture_begin(FakeGraph())   # never ended
+            torch.randn(8).mul(2)
+    assert checked.check_s > 0.0
