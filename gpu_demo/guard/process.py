@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import functools
 import gc
 import os
 import time
@@ -50,6 +51,7 @@ from gpu_demo.protocol.cuda_errors import one_line
 from gpu_demo.record.call_site import user_stacklevel
 from gpu_demo.record.calls import with_calls
 from gpu_demo.record.cuda_device import Device
+from gpu_demo.record.naming import renamed_text
 from gpu_demo.record.recorder import CaptureRecorder
 from simlib.checker import Finding, check, format_report
 from simlib.checker.intervals import Intervals
@@ -78,6 +80,18 @@ class CaptureReport:
 
 
 EAGER_WINDOW = 200_000   # eager records the whole-process check keeps (then the newest half)
+
+
+def _timed(method: Callable[..., None]) -> Callable[..., None]:
+    """A check's entry point, timed into ``check_s``: choosing its records counts, not only the rules."""
+    @functools.wraps(method)
+    def timed(self: "CaptureChecker", *args: Any) -> None:
+        started = time.perf_counter()
+        try:
+            method(self, *args)
+        finally:
+            self.check_s += time.perf_counter() - started
+    return timed
 
 
 @dataclass
@@ -124,6 +138,7 @@ class CaptureChecker:
         return {"rules": [f"rule {rule} ({code})" for rule, code in sorted({(f.rule, f.code) for f in findings})],
                 "findings": [f.to_dict() for f in findings], "problem": problem, "captures": captures}
 
+    @_timed
     def check_graph(self, graph: int) -> None:
         """At the end of ``graph``'s capture: the eager calls before it, the capture, and what
         came before of other graphs."""
@@ -138,6 +153,7 @@ class CaptureChecker:
                     failed, end.error, always=True)
         self._trim_warm_ups()
 
+    @_timed
     def check_replay(self, graph: int) -> None:
         """At a replay of ``graph``: its first, with the static inputs the program refreshed
         since the capture (rule 7); and any, when since the last check a block a graph uses
@@ -156,6 +172,7 @@ class CaptureChecker:
             self._freed_since_replay = False
             self._check(graph, _from_replays(self.recorder.trace.records), what, "", None)
 
+    @_timed
     def check_now(self, what: str = "at the end") -> None:
         """A last check (the block exits, the process ends): reads after the last replay. Where no
         graph ever replayed and no capture began or ended since the last check, it could only
@@ -168,11 +185,12 @@ class CaptureChecker:
 
     def _check(self, graph: int | None, records: list[Record], what: str, failed: str, error: str | None,
                *, always: bool = False) -> None:
-        started = time.perf_counter()
-        trace = Trace(records=self.recorder.finished(records), meta=dict(self.recorder.trace.meta))
+        trace = Trace(records=self.recorder.for_check(records), meta=dict(self.recorder.trace.meta))
         found = [f for f in check(trace) if _key(f) not in self._reported]
-        self.check_s += time.perf_counter() - started
-        self._reported.update(_key(f) for f in found)
+        self._reported.update(_key(f) for f in found)   # keyed before renaming: a stream's name may change later
+        streams = self.recorder.streams.final()
+        found = [replace(f, label=renamed_text(f.label, streams), why=renamed_text(f.why, streams),
+                         fix=renamed_text(f.fix, streams)) for f in found]
         self._checked_upto = len(self.recorder.trace.records)
         if self.window is not None and len(self.recorder.trace.records) > self.window:
             self._trim(len(self.recorder.trace.records) - self.window // 2)

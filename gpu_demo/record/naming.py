@@ -2,8 +2,8 @@
 
 A raw stream id is a ``cudaStream_t`` address: different on every run and
 meaningless to a reader. The recorder writes each record with a provisional
-key and renames every record once it knows the final names
-(``StreamNames.final``), which depend on the whole recording:
+key (``StreamNames.key``) and renames every record once it knows the final
+names (``StreamNames.final``), which depend on the whole recording:
 
 * a stream a capture began on is ``main`` (``main2``... if captures began on
   several);
@@ -14,15 +14,17 @@ key and renames every record once it knows the final names
 * a stream an ``annotate.issuing_on`` mark named first keeps that name.
 
 Names depend only on the order of first appearance, never on the ids, so the
-same program records the same names on every run. A stream's key is the name
-it would get if the recording ended at its first sight (unless another stream's
-key is that name already): it rarely changes, so a check of the recording so far
-copies only the records of the streams whose names did (``final`` leaves the
-others out).
+same program records the same names on every run.
+
+A check of the recording so far (the whole-process check, at every capture's
+end) reads the records with their keys: no rule reads a stream's name, only
+whether two are the same, and the keys are unique. Only what it found is
+renamed (``renamed_text``), so it copies no record for a stream's name.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any, Callable
@@ -35,7 +37,7 @@ LEGACY_DEFAULT: RawStream = 0
 
 @dataclass(slots=True)
 class _Seen:
-    key: str = ""                      # the provisional name, set at first sight (``StreamNames._key``)
+    key: str                           # the provisional name (``StreamNames.key``)
     began_capture: int | None = None   # order among capture-begin streams
     in_capture: int | None = None      # order of first appearance during a capture
     mark: str | None = None
@@ -49,6 +51,11 @@ class StreamNames:
         self._captures = 0
         self._in_capture = 0
 
+    @staticmethod
+    def key(raw: RawStream) -> str:
+        """The provisional name records carry until ``final`` renames them (``KEY`` finds it in text)."""
+        return f"cuda-stream-{raw}"
+
     def saw(self, raw: RawStream, *, capturing: bool, mark: str | None = None) -> str:
         """Note that ``raw`` was used (during a capture or not, under ``mark``); its key."""
         seen = self._seen.get(raw) or self._first_sight(raw)
@@ -56,7 +63,7 @@ class StreamNames:
             seen.in_capture, self._in_capture = self._in_capture, self._in_capture + 1
         if mark and seen.mark is None:
             seen.mark = mark
-        return seen.key or self._key(raw, seen)
+        return seen.key
 
     def began_capture(self, raw: RawStream) -> str:
         """Note that a capture began on ``raw``; its key."""
@@ -66,21 +73,11 @@ class StreamNames:
         return self.saw(raw, capturing=True)
 
     def _first_sight(self, raw: RawStream) -> _Seen:
-        seen = self._seen[raw] = _Seen()
+        seen = self._seen[raw] = _Seen(self.key(raw))
         return seen
 
-    def _key(self, raw: RawStream, seen: _Seen) -> str:
-        """The name ``raw`` would get now, or where another stream's key is that name, its id."""
-        name = self._names()[raw]
-        seen.key = name if all(s.key != name for s in self._seen.values()) else f"cuda-stream-{raw}"
-        return seen.key
-
     def final(self) -> dict[str, str]:
-        """Provisional key -> readable name, for every stream whose name is not its key."""
-        return {s.key: name for raw, name in self._names().items() if (s := self._seen[raw]).key != name}
-
-    def _names(self) -> dict[RawStream, str]:
-        """Each stream's readable name, from what the recording saw so far."""
+        """Provisional key -> readable name, for every stream seen so far."""
         names = {raw: s.mark for raw, s in self._seen.items() if s.mark}
         taken = set(names.values())
 
@@ -104,7 +101,15 @@ class StreamNames:
             names[LEGACY_DEFAULT] = "default"
             taken.add("default")
         assign(list(self._seen), "side")
-        return names
+        return {self.key(raw): name for raw, name in names.items()}
+
+
+KEY = re.compile(r"cuda-stream-\d+")   # a provisional key (``StreamNames.key``) in a finding's text
+
+
+def renamed_text(text: str, streams: dict[str, str]) -> str:
+    """``text`` with every provisional stream key in it replaced by the stream's final name."""
+    return KEY.sub(lambda m: streams.get(m.group(0), m.group(0)), text) if "cuda-stream-" in text else text
 
 
 NAMED_BY_TENSOR = (Mutation, View, HostRead, Alloc)   # records labelled with one tensor's name

