@@ -115,6 +115,7 @@ def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: i
     """Truth, ``check_capture`` (functions only), the whole-process check and, with ``anchors``,
     the two sanitizers, for one program, each in its own process."""
     from gpu_demo.guard.check import check_capture
+    from gpu_demo.guard.process import checked_in_child
 
     program = corpus.load(name)
     script = corpus.is_script(name)
@@ -124,9 +125,7 @@ def run_program(name: str, *, dtype: str = "bfloat16", replays: int = 3, seed: i
         truth = {**truth, "outcome": None, "message": truth["child_error"]["message"]}
     guard = None if script else check_capture(corpus.target(name), replays=replays, dtype=DTYPES[dtype],
                                               seed=seed, timeout=timeout).to_dict()
-    process = run_in_child(f"{__name__}:process_in_child", payload, timeout)
-    if "child_error" in process:
-        process = {"rules": [], "findings": [], "problem": process["child_error"]["message"]}
+    process = checked_in_child(f"{__name__}:process_in_child", payload, timeout)
     result = {"name": name, "kind": "script" if script else "function", "expected": program.EXPECTED,
               "about": (program.__doc__ or "").strip().splitlines()[0], "truth": truth, "guard": guard,
               "flagged_by": flagged_by(guard) if guard is not None else None, "process": process}

@@ -341,6 +341,18 @@ def checked_run(run: Callable[[], Any], what: str) -> dict[str, Any]:
     return checker.summary(problem)
 
 
+def checked_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """``entry`` (a ``module:function`` that returns ``checked_run``'s summary) in a fresh child
+    process; a child that died (a crash, a timeout) is its ``problem``, with no capture seen: a
+    safe program whose check never ran has not passed it."""
+    from gpu_demo.protocol.child import run_in_child
+
+    result = run_in_child(entry, payload, timeout)
+    if "child_error" in result:
+        return {"rules": [], "findings": [], "problem": result["child_error"]["message"], "captures": 0}
+    return result
+
+
 def _key(finding: Finding) -> tuple[Any, ...]:
     return finding.rule, finding.step, finding.label, finding.pointers
 

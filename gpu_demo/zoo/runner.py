@@ -42,7 +42,7 @@ import torch
 
 from gpu_demo import zoo
 from gpu_demo.guard.check import check_capture
-from gpu_demo.guard.process import checked_run
+from gpu_demo.guard.process import checked_in_child, checked_run
 from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
@@ -90,12 +90,9 @@ def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, An
 
 
 def process_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:
-    """``process_in_child`` in a fresh child; a child that died is its ``problem``."""
+    """``process_in_child`` in a fresh child (``checked_in_child``)."""
     payload = {"name": name, "dtype": dtype, "replays": replays, "seed": seed}
-    result = run_in_child("gpu_demo.zoo.runner:process_in_child", payload, timeout)
-    if "child_error" in result:
-        return {"rules": [], "findings": [], "problem": result["child_error"]["message"], "captures": 0}
-    return result
+    return checked_in_child("gpu_demo.zoo.runner:process_in_child", payload, timeout)
 
 
 def check_entry(name: str, *, dtype: str, replays: int, seed: int, timeout: float) -> dict[str, Any]:

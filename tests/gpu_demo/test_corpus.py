@@ -241,6 +241,17 @@ def test_a_script_is_judged_by_the_whole_process_check_alone():
     assert row[3:6] == [runner.NOT_APPLICABLE, runner.NOT_APPLICABLE, "rule 11 (graphs_clobber)"] and row[-1] == "yes"
 
 
+def test_a_safe_program_whose_whole_process_child_died_has_not_passed(monkeypatch):
+    from gpu_demo.guard.process import checked_in_child
+
+    monkeypatch.setattr("gpu_demo.protocol.child.run_in_child", lambda entry, payload, timeout: {
+        "child_error": {"message": "timed out after 150 s"}})
+    died = checked_in_child("gpu_demo.corpus.runner:process_in_child", {"name": "safe_single_stream"}, 150)
+    result = fake_result("safe_single_stream", "safe", "correct", fake_guard("correct"), died)
+    assert runner.judged_by_process(result) is False
+    assert runner.table_rows([result])[0][5] == "no capture seen (stopped: timed out after 150 s)"
+
+
 def test_the_summary_shows_both_modes_and_the_anchors_and_says_not_run_where_the_results_lack_them():
     with_all = fake_result("shared_pool_clobber", "hazardous", "silent_wrong", None,
                            fake_process(["rule 11 (graphs_clobber)"]))
