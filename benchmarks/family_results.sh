@@ -2,7 +2,8 @@
 # The incident family's GPU results (issue 23), run on the device from the repo root, each step
 # timed (about 5 minutes each at most): the corpus in both modes with the two sanitizer anchors
 # (gpu_demo/results/corpus-h200.json), the whole-process check's cost on a server start-up
-# ($OUT/process-startup-overhead.json), the model zoo under both checks ($OUT/zoo-h200.json), and
+# ($OUT/process-startup-overhead.json, and a profile of one more checked start-up in
+# $OUT/process-startup-profile.txt), the model zoo under both checks ($OUT/zoo-h200.json), and
 # the GPU tests of the recorder, the whole-process check and the corpus. JSON files carry their
 # provenance; copies land in $OUT. About 8 minutes in all; the seat's whole test command
 # (python3 scripts/check_seat.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own.
@@ -14,7 +15,8 @@ time python3 -m gpu_demo corpus --anchors --jobs 16 --timeout 150
 echo "corpus exit: $?"
 cp gpu_demo/results/corpus-h200.json "$OUT/"
 python3 -m gpu_demo corpus --summary > "$OUT/corpus-summary.md"
-time timeout 300 python3 benchmarks/process_startup_overhead.py --repeats 5 --out "$OUT/process-startup-overhead.json"
+time timeout 300 python3 benchmarks/process_startup_overhead.py --repeats 5 --out "$OUT/process-startup-overhead.json" \
+    --profile "$OUT/process-startup-profile.txt"
 echo "process-startup-overhead exit: $?"
 time timeout 300 python3 -m gpu_demo.zoo.runner --out "$OUT/zoo-h200.json" --jobs 4
 echo "zoo exit: $?"

@@ -15,12 +15,17 @@ imports. ``ratio`` is the median over repeats of checked over the unchecked
 run just before it; the target is under 3x. ``check_s``: the time each checked
 run spent in checks (the rest of its extra time is recording); ``gc_s``: the
 time the cyclic collector ran in each run. Writes JSON with provenance.
+``--profile PATH``: one more checked start-up, under cProfile, after the
+repeats; its top functions go to PATH (where the rest of the time goes).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import pstats
 import shlex
 import statistics
 import subprocess
@@ -60,16 +65,27 @@ def startup(layers: int, sizes: tuple[int, ...]) -> int:
     return len(graphs)
 
 
-def child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
+def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None = None) -> dict:
     torch.cuda.init()
     checker = check_process("warn") if mode == "checked" else None
+    profiler = cProfile.Profile() if profile else None
     with collector_time() as gc_s, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         graphs = startup(layers, sizes)
         if checker is not None:
             checker.check_now("when the start-up ended")
+        if profiler is not None:
+            profiler.disable()
         elapsed = time.perf_counter() - start
+    if profiler is not None:
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("tottime").print_stats(40)
+        stats.sort_stats("cumulative").print_stats(40)
+        profile.write_text(text.getvalue())
     out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0]}
     if checker is not None:
         out["findings"] = sum(len(r.findings) for r in checker.reports)
@@ -79,8 +95,9 @@ def child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
     return out
 
 
-def run_child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--layers", str(layers), "--sizes", *map(str, sizes)]
+def run_child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None = None) -> dict:
+    command = [sys.executable, __file__, "--child", mode, "--layers", str(layers), "--sizes", *map(str, sizes),
+               *(["--profile", str(profile)] if profile else [])]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"the {mode} start-up failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -93,17 +110,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--layers", type=int, default=61)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    parser.add_argument("--profile", type=Path, help="also profile one more checked start-up (cProfile, not timed "
+                                                       "with the repeats) and write its top functions here")
     parser.add_argument("--child", choices=("unchecked", "checked"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sizes = tuple(args.sizes)
     if args.child:
-        print(json.dumps(child(args.child, args.layers, sizes)))
+        print(json.dumps(child(args.child, args.layers, sizes, args.profile)))
         return 0
     if not torch.cuda.is_available():
         print("process_startup_overhead: needs CUDA (it captures real graphs)", file=sys.stderr)
         return 2
     runs = [(run_child("unchecked", args.layers, sizes), run_child("checked", args.layers, sizes))
             for _ in range(args.repeats)]
+    if args.profile:
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        run_child("checked", args.layers, sizes, args.profile)
     ratios = [checked["startup_s"] / unchecked["startup_s"] for unchecked, checked in runs]
     ratio = statistics.median(ratios)
     result = {
