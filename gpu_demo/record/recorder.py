@@ -784,8 +784,10 @@ class CaptureRecorder(QuickDispatchMode):
         if pool is not None:
             self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(), pool)
         left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
-        return Arg(name, handle.id, handle.label, ptr, _numel(t), tuple(_shape(t)), extent_bytes(t), access,
-                   left if left > 0 else 0)
+        numel = _numel(t)
+        return Arg(name, handle.id, handle.label, ptr, numel, tuple(_shape(t)),
+                   numel * _itemsize(t) if _contiguous(t) else extent_bytes(t),   # ``extent_bytes``, inlined
+                   access, left if left > 0 else 0)
 
     # -- memory ------------------------------------------------------------------
 
