@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.cuda_errors import one_line
 from gpu_demo.record.call_site import user_stacklevel
 from gpu_demo.record.calls import with_calls
@@ -345,8 +346,6 @@ def checked_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dic
     """``entry`` (a ``module:function`` that returns ``checked_run``'s summary) in a fresh child
     process; a child that died (a crash, a timeout) is its ``problem``, with no capture seen: a
     safe program whose check never ran has not passed it."""
-    from gpu_demo.protocol.child import run_in_child
-
     result = run_in_child(entry, payload, timeout)
     if "child_error" in result:
         return {"rules": [], "findings": [], "problem": result["child_error"]["message"], "captures": 0}

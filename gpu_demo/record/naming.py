@@ -144,7 +144,7 @@ _fields_of: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 
 def _copy(record: Any) -> Any:
     """A shallow copy of a trace dataclass, built positionally (``dataclasses.replace`` costs
-    five times as much, and a check copies every record it has not copied before)."""
+    five times as much, and a snapshot copies every record it has not copied before)."""
     kind = type(record)
     getter = _fields_of.get(kind)
     if getter is None:

@@ -244,7 +244,7 @@ def test_a_script_is_judged_by_the_whole_process_check_alone():
 def test_a_safe_program_whose_whole_process_child_died_has_not_passed(monkeypatch):
     from gpu_demo.guard.process import checked_in_child
 
-    monkeypatch.setattr("gpu_demo.protocol.child.run_in_child", lambda entry, payload, timeout: {
+    monkeypatch.setattr("gpu_demo.guard.process.run_in_child", lambda entry, payload, timeout: {
         "child_error": {"message": "timed out after 150 s"}})
     died = checked_in_child("gpu_demo.corpus.runner:process_in_child", {"name": "safe_single_stream"}, 150)
     result = fake_result("safe_single_stream", "safe", "correct", fake_guard("correct"), died)

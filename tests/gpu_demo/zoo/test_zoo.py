@@ -196,7 +196,7 @@ def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_die
 
 
 def test_a_whole_process_child_that_died_is_the_entrys_problem(monkeypatch):
-    monkeypatch.setattr("gpu_demo.protocol.child.run_in_child", lambda entry, payload, timeout: {
+    monkeypatch.setattr("gpu_demo.guard.process.run_in_child", lambda entry, payload, timeout: {
         "child_error": {"message": "the child was killed by SIGKILL"}})
     process = runner.process_entry("llama_decode", dtype="bfloat16", replays=3, seed=0, timeout=5)
     assert process == {"rules": [], "findings": [], "problem": "the child was killed by SIGKILL", "captures": 0}
