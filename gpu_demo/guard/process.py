@@ -145,13 +145,13 @@ class CaptureChecker:
         came before of other graphs."""
         records = self.recorder.trace.records
         end = next(r for r in reversed(records) if type(r) is Capture and r.graph == graph)
-        self._note_ranges(r for r in records if type(r) is Launch and r.graph == graph)
+        needed = _of_graph(records, graph)
+        self._note_ranges(r for r in needed if type(r) is Launch and r.graph == graph)
         failed = f"capture failed: {end.error}\n" if end.error else ""
         # A free of graph memory since the last check: this check moves past it, and the next
         # replay must still be checked after it (rules 10 and 11 fire at replays).
         self._freed_since_replay |= any(map(self._frees_graph_memory, records[self._checked_upto:]))
-        self._check(graph, with_calls(_of_graph(records, graph), graph), f"capture of graph {graph}",
-                    failed, end.error, always=True)
+        self._check(graph, with_calls(needed, graph), f"capture of graph {graph}", failed, end.error, always=True)
         self._trim_warm_ups()
 
     @_timed
@@ -211,8 +211,8 @@ class CaptureChecker:
     def _note_ranges(self, nodes: Iterator[Launch]) -> None:
         """Add the address ranges ``nodes`` read or write to the graphs' (kept sorted and disjoint)."""
         merged: list[tuple[int, int]] = []
-        for lo, hi in sorted([*self._graph_ranges, *((a.ptr, a.ptr + max(a.nbytes, 1))
-                                                     for node in nodes for a in node.args)]):
+        for lo, hi in sorted([*self._graph_ranges,
+                              *[(a.ptr, a.ptr + (a.nbytes or 1)) for node in nodes for a in node.args]]):
             if merged and lo <= merged[-1][1]:
                 merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
             else:
@@ -269,17 +269,17 @@ def _of_graph(records: list[Record], graph: int) -> list[Record]:
     end, or needs a replay (rules 10 and 11), and is reported there. Earlier eager work is other
     graphs' warm-ups: calls of other sizes, not ``graph``'s. So each such check is as long as
     that capture and its eager calls, not as long as the start-up so far."""
-    begin = next(i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph)
+    begin = next(i for i in range(len(records) - 1, -1, -1)   # from the end: most checks are of the newest
+                 if type(records[i]) is Capture and records[i].graph == graph and records[i].op == "begin")
     start = next((i + 1 for i in range(begin - 1, -1, -1) if type(records[i]) is Capture
                   and records[i].op == "end"), 0)
-    kept, capturing = [], False
-    for r in records[:start]:
-        kind = type(r)
-        if kind is Capture:
-            capturing = r.op == "begin"
-            kept.append(r)
-        elif kind is Alloc and capturing:
-            kept.append(r)
+    brackets = [i for i in range(start) if type(records[i]) is Capture]
+    kept: list[Record] = []
+    for k, i in enumerate(brackets):
+        kept.append(records[i])
+        if records[i].op == "begin":   # the allocations until the next bracket are graph memory
+            stop = brackets[k + 1] if k + 1 < len(brackets) else start
+            kept += [r for r in records[i + 1:stop] if type(r) is Alloc]
     return kept + [r for r in records[start:] if getattr(r, "graph", None) in (None, graph) or type(r) is Capture]
 
 

@@ -24,9 +24,8 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
     have ``Call`` records or the capture launched nothing."""
     if any(type(r) is Call for r in records):
         return records
-    begin = next((i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph and r.op == "begin"),
-                 None)
-    end = next((i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph and r.op == "end"), None)
+    bracket = {r.op: i for i, r in enumerate(records) if type(r) is Capture and r.graph == graph}
+    begin, end = bracket.get("begin"), bracket.get("end")
     if begin is None or end is None:
         return records
     nodes = [r for r in records[begin:end] if type(r) is Launch and r.graph == graph]
@@ -34,8 +33,9 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
         return records
     first = (nodes[0].site, nodes[0].kernel)
     per_call = sum((n.site, n.kernel) == first for n in nodes)
+    site, kernel = first
     occurrences = [i for i, r in enumerate(records[:begin])
-                   if type(r) is Launch and r.graph is None and (r.site, r.kernel) == first]
+                   if type(r) is Launch and r.kernel == kernel and r.site == site and r.graph is None]
     whole = len(occurrences) // per_call
     starts = occurrences[len(occurrences) - whole * per_call::per_call] if whole else []
     captures = [i for i, r in enumerate(records[:begin + 1]) if type(r) is Capture and r.op == "begin"]
@@ -44,17 +44,22 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
         stop = starts[k + 1] if k + 1 < len(starts) else begin
         stop = min([stop, *(c for c in captures if c > start)])
         bounds.append((start, stop - 1))
+    before: dict[int, list[Record]] = {}   # record index -> the brackets just before it, and after
+    after: dict[int, list[Record]] = {}
+    for k, (first_i, last_i) in enumerate(bounds):
+        r = records[first_i]
+        before.setdefault(first_i, []).append(Call(r.step, r.t_us, "begin", k, EAGER))
+    before.setdefault(end, []).append(Call(records[end].step, records[end].t_us, "end", len(bounds), CAPTURE))
+    after[begin] = [Call(records[begin].step, records[begin].t_us, "begin", len(bounds), CAPTURE)]
+    for k, (first_i, last_i) in enumerate(bounds):
+        r = records[last_i]
+        after.setdefault(last_i, []).append(Call(r.step, r.t_us, "end", k, EAGER))
     out: list[Record] = []
-    opens = {first_i: k for k, (first_i, _) in enumerate(bounds)}
-    closes = {last_i: k for k, (_, last_i) in enumerate(bounds)}
-    for i, r in enumerate(records):
-        if i in opens:
-            out.append(Call(r.step, r.t_us, "begin", opens[i], EAGER))
-        if i == end:
-            out.append(Call(r.step, r.t_us, "end", len(bounds), CAPTURE))
-        out.append(r)
-        if i == begin:
-            out.append(Call(r.step, r.t_us, "begin", len(bounds), CAPTURE))
-        if i in closes:
-            out.append(Call(r.step, r.t_us, "end", closes[i], EAGER))
-    return out
+    done = 0
+    for i in sorted(before.keys() | after.keys()):
+        out += records[done:i]
+        out += before.get(i, ())
+        out.append(records[i])
+        out += after.get(i, ())
+        done = i + 1
+    return out + records[done:]
