@@ -6,7 +6,9 @@
 # $OUT/process-startup-profile.txt), the model zoo under both checks ($OUT/zoo-h200.json), and
 # the GPU tests of the recorder, the whole-process check and the corpus. JSON files carry their
 # provenance; copies land in $OUT. About 8 minutes in all; the seat's whole test command
-# (python3 scripts/check_seat.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own.
+# (python3 scripts/check_seat.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own, and
+# so is where the start-up's cost goes (PYTHONPATH=. python3 benchmarks/process_startup_layers.py --out
+# "$OUT/process-startup-layers.json", 5 layers by 5 repeats in fresh processes, about 4 minutes).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out/results}
