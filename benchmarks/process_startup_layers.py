@@ -27,14 +27,13 @@ import argparse
 import json
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
 
 import torch
-from process_startup_overhead import SIZES, startup  # its neighbour: a script's folder is on the path
+from process_startup_overhead import SIZES, fresh_process, report, startup  # its neighbour: a script's folder is on the path
 
 from gpu_demo.guard.process import _young_generation_for_records, check_process
 from gpu_demo.measure.overhead import EmptyDispatchMode, collector_time
@@ -67,13 +66,6 @@ def child(layer: str) -> dict:
             "check_s": checker.check_s if checker is not None else None}
 
 
-def run_child(layer: str) -> dict:
-    done = subprocess.run([sys.executable, __file__, "--child", layer], capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {layer} start-up failed: {done.stderr.strip().splitlines()[-1:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="JSON results (default: print only)")
@@ -86,7 +78,7 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("process_startup_layers: needs CUDA (it captures real graphs)", file=sys.stderr)
         return 2
-    runs = [{layer: run_child(layer) for layer in LAYERS} for _ in range(args.repeats)]
+    runs = [{layer: fresh_process(__file__, layer) for layer in LAYERS} for _ in range(args.repeats)]
     result = {
         "provenance": {**provenance(argv), "command": shlex.join(["python", "benchmarks/process_startup_layers.py",
                                                                   *argv])},
@@ -98,12 +90,7 @@ def main(argv: list[str]) -> int:
                            "gc_s": [run[layer]["gc_s"] for run in runs]} for layer in LAYERS},
         "check_s": [run["checked"]["check_s"] for run in runs],
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":

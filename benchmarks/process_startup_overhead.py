@@ -96,12 +96,27 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
 
 
 def run_child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None = None) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--layers", str(layers), "--sizes", *map(str, sizes),
-               *(["--profile", str(profile)] if profile else [])]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    return fresh_process(__file__, mode, "--layers", str(layers), "--sizes", *map(str, sizes),
+                         *(["--profile", str(profile)] if profile else []))
+
+
+def fresh_process(script: str, mode: str, *args: str) -> dict:
+    """``script --child mode args`` in a fresh process: the JSON its last line printed."""
+    done = subprocess.run([sys.executable, script, "--child", mode, *args], capture_output=True, text=True,
+                          timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"the {mode} start-up failed: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def report(result: dict, out: Path | None) -> int:
+    """Print ``result`` as JSON, and write it to ``out`` if given."""
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -139,12 +154,7 @@ def main(argv: list[str]) -> int:
         "check_s": [c["check_s"] for _, c in runs],   # of checked_s: the checks (the rest is recording)
         "gc_s": {"unchecked": [u["gc_s"] for u, _ in runs], "checked": [c["gc_s"] for _, c in runs]},
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    return 0
+    return report(result, args.out)
 
 
 if __name__ == "__main__":
