@@ -46,14 +46,11 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
         bounds.append((start, stop - 1))
     before: dict[int, list[Record]] = {}   # record index -> the brackets just before it, and after
     after: dict[int, list[Record]] = {}
-    for k, (first_i, last_i) in enumerate(bounds):
-        r = records[first_i]
-        before.setdefault(first_i, []).append(Call(r.step, r.t_us, "begin", k, EAGER))
-    before.setdefault(end, []).append(Call(records[end].step, records[end].t_us, "end", len(bounds), CAPTURE))
+    for k, (first_i, last_i) in enumerate(bounds):   # eager calls lie before the capture: no index shared
+        before[first_i] = [Call(records[first_i].step, records[first_i].t_us, "begin", k, EAGER)]
+        after[last_i] = [Call(records[last_i].step, records[last_i].t_us, "end", k, EAGER)]
+    before[end] = [Call(records[end].step, records[end].t_us, "end", len(bounds), CAPTURE)]
     after[begin] = [Call(records[begin].step, records[begin].t_us, "begin", len(bounds), CAPTURE)]
-    for k, (first_i, last_i) in enumerate(bounds):
-        r = records[last_i]
-        after.setdefault(last_i, []).append(Call(r.step, r.t_us, "end", k, EAGER))
     out: list[Record] = []
     done = 0
     for i in sorted(before.keys() | after.keys()):
