@@ -31,9 +31,8 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
     nodes = [r for r in records[begin:end] if type(r) is Launch and r.graph == graph]
     if not nodes:
         return records
-    first = (nodes[0].site, nodes[0].kernel)
-    per_call = sum((n.site, n.kernel) == first for n in nodes)
-    site, kernel = first
+    site, kernel = nodes[0].site, nodes[0].kernel
+    per_call = sum(n.site == site and n.kernel == kernel for n in nodes)
     occurrences = [i for i, r in enumerate(records[:begin])
                    if type(r) is Launch and r.kernel == kernel and r.site == site and r.graph is None]
     whole = len(occurrences) // per_call
@@ -44,19 +43,21 @@ def with_calls(records: list[Record], graph: int) -> list[Record]:
         stop = starts[k + 1] if k + 1 < len(starts) else begin
         stop = min([stop, *(c for c in captures if c > start)])
         bounds.append((start, stop - 1))
-    before: dict[int, list[Record]] = {}   # record index -> the brackets just before it, and after
-    after: dict[int, list[Record]] = {}
+    before: dict[int, Call] = {}   # record index -> the bracket just before it, and just after
+    after: dict[int, Call] = {}
     for k, (first_i, last_i) in enumerate(bounds):   # eager calls lie before the capture: no index shared
-        before[first_i] = [Call(records[first_i].step, records[first_i].t_us, "begin", k, EAGER)]
-        after[last_i] = [Call(records[last_i].step, records[last_i].t_us, "end", k, EAGER)]
-    before[end] = [Call(records[end].step, records[end].t_us, "end", len(bounds), CAPTURE)]
-    after[begin] = [Call(records[begin].step, records[begin].t_us, "begin", len(bounds), CAPTURE)]
+        before[first_i] = Call(records[first_i].step, records[first_i].t_us, "begin", k, EAGER)
+        after[last_i] = Call(records[last_i].step, records[last_i].t_us, "end", k, EAGER)
+    before[end] = Call(records[end].step, records[end].t_us, "end", len(bounds), CAPTURE)
+    after[begin] = Call(records[begin].step, records[begin].t_us, "begin", len(bounds), CAPTURE)
     out: list[Record] = []
     done = 0
     for i in sorted(before.keys() | after.keys()):
         out += records[done:i]
-        out += before.get(i, ())
+        if i in before:
+            out.append(before[i])
         out.append(records[i])
-        out += after.get(i, ())
+        if i in after:
+            out.append(after[i])
         done = i + 1
     return out + records[done:]
