@@ -137,6 +137,8 @@ def scalars_of(names: tuple[str, ...], args: tuple, kwargs: dict) -> tuple[tuple
     replays these values as the capture froze them, whatever the host passes later."""
     found = []
     for name, value in zip(names, args):
+        if type(value) is _Tensor:   # most arguments: no call for them
+            continue
         frozen = frozen_scalar(value)
         if frozen is not None:
             found.append((name, frozen))

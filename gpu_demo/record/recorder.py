@@ -546,7 +546,6 @@ class CaptureRecorder(QuickDispatchMode):
             frozen = [self._arg(*each) for each in given]
             if access is not None and access.extents:
                 frozen = _bounded(frozen, given, access.extents, dict(args))
-            self._watch(given, frozen)
             scalars = tuple((name, text) for name, value in args if (text := frozen_scalar(value)) is not None)
             self._launch(f"triton:{kernel}", kernel, tuple(frozen), skips_empty=False, scalars=scalars)
 
@@ -637,7 +636,6 @@ class CaptureRecorder(QuickDispatchMode):
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
-        self._watch(given, frozen)
         if plan.collective:   # its results are its buffers; recorded first, since it may never return
             self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
             return plan.call(*args, **kwargs)
@@ -645,37 +643,21 @@ class CaptureRecorder(QuickDispatchMode):
         stream = self._stream()
         made = made_by(out, given)
         if made:
-            outputs = [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
-            self._seen_as(made, outputs)
-            frozen += outputs
+            frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
         if self._pending.pointers:
             self._unclaimed()
         role = copy_role([t for _, t, a in given if a == "r"], [t for _, t, a in given if a != "r"] + made) \
             if plan.copies else None
         self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl,
-                     scalars=scalars_of(plan.names, args, kwargs), role=role)
+                     scalars=scalars_of(plan.names, args, kwargs), role=role,
+                     site=user_site(2))   # from the op's caller: this frame and ``__torch_dispatch__`` are ours
         if plan.writes:
             self._changed_inside(plan, given, frozen)
         return out
 
     # -- storage changed under a tensor object (``Mutation(op="storage_swap")``) ----------
-
-    def _watch(self, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
-        """Each argument as it is now against its last recorded use: a different pointer or
-        size with no recorded op in between is a ``storage_swap`` (identities, not op names)."""
-        handles = self._handles
-        for (_, t, _), a in zip(given, frozen):
-            handle = handles[id(t)]
-            seen = handle.seen
-            if seen is None or seen[0] != a.ptr or seen[1] != a.numel:
-                if seen is not None:
-                    self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)
-                handle.seen = (a.ptr, a.numel, a.shape)
-
-    def _seen_as(self, tensors: Sequence[torch.Tensor], frozen: Sequence[Arg]) -> None:
-        handles = self._handles
-        for t, a in zip(tensors, frozen):
-            handles[id(t)].seen = (a.ptr, a.numel, a.shape)
+    # ``_arg`` compares each argument as it is now with its last recorded use: a different
+    # pointer or size with no recorded op in between is a ``storage_swap`` (identities, not op names).
 
     def _changed_inside(self, plan: OpPlan, given: list[tuple[str, torch.Tensor, str]], frozen: list[Arg]) -> None:
         """A tensor the op writes whose storage the op itself changed: an ``out=`` result
@@ -693,8 +675,9 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
                 stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = (),
-                role: str | None = None) -> None:
-        """``role``: what the launch is (``H2D``) when not the ``annotate`` mark's role."""
+                role: str | None = None, site: str | None = None) -> None:
+        """``role``: what the launch is (``H2D``) when not the ``annotate`` mark's role; ``site``:
+        the user's line that issued it, when the caller knows how far up it is (``user_site``)."""
         stream, marked = stream or self._stream(), _marks.role
         label = f"{marked}/{opname}" if marked else opname
         role = role or marked
@@ -707,7 +690,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._frontier[stream] = (launch,)
         self.trace.records.append(Launch(next(self._steps), (_now() - self._t0) / 1000, launch, kernel, label,
                                          role, stream, args, self.graph, deps, pdl, scalars,
-                                         user_site()))   # ``_add``, inlined
+                                         user_site() if site is None else site))   # ``_add``, inlined
 
     def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         out = plan.call(*args, **kwargs)
@@ -760,8 +743,10 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
         """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``, with an
-        ``Alloc`` if the runtime handed the block out and no op claimed it yet (``_Pending``);
-        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its block last)."""
+        ``Alloc`` if the runtime handed the block out and no op claimed it yet (``_Pending``).
+        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its block
+        last); else the op was given ``t``, and a pointer or size other than at its last recorded
+        use is a ``storage_swap`` (its storage changed under it, by no op the dispatcher showed)."""
         handle = self._handles.get(id(t))               # ``_handle``, inlined
         if handle is None or handle.ref() is not t:
             handle = self._new_handle(t)
@@ -784,8 +769,12 @@ class CaptureRecorder(QuickDispatchMode):
         if pool is not None:
             self._add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self._stream(), pool)
         left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
-        numel = _numel(t)
-        return Arg(name, handle.id, handle.label, ptr, numel, tuple(_shape(t)),
+        numel, shape, seen = _numel(t), tuple(_shape(t)), handle.seen
+        if made_on is not None or seen is None:
+            handle.seen = (ptr, numel, shape)
+        elif seen[0] != ptr or seen[1] != numel:
+            self._mutated_now(STORAGE_SWAP, t, seen, why=SWAPPED_UNSEEN)   # and ``seen`` is now
+        return Arg(name, handle.id, handle.label, ptr, numel, shape,
                    numel * _itemsize(t) if _contiguous(t) else extent_bytes(t),   # ``extent_bytes``, inlined
                    access, left if left > 0 else 0)
 
