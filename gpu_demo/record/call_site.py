@@ -46,8 +46,13 @@ def _shown(code: CodeType) -> str | None:
 
 def user_site(skip: int = 1) -> str:
     """``"file:line"`` of the innermost frame above the caller (``skip`` frames up) that is
-    the user's, or ``""`` when every frame is library code."""
-    frame = sys._getframe(skip + 1)
+    the user's, or ``""`` when every frame is library code, or there is none: an op the
+    autograd engine runs on its own thread (a CUDA backward) has no Python frame above the
+    recorder's."""
+    try:
+        frame = sys._getframe(skip + 1)
+    except ValueError:   # the stack is not that deep
+        return UNKNOWN
     files = _files
     while frame is not None:
         code = frame.f_code

@@ -71,6 +71,25 @@ def test_a_triton_launch_freezes_its_number_arguments_beside_its_tensors(streams
     assert launch.site.startswith(f"tests/gpu_demo/record/{HERE}:")
 
 
+def test_an_op_issued_where_no_python_frame_is_above_the_recorder_has_no_site(streams):
+    """The autograd engine runs a CUDA backward's ops on a C++ thread of its own: there the
+    recorder's ``__torch_dispatch__`` is the first Python frame (a thread started on a C
+    callable stands in for it)."""
+    import _thread
+    import functools
+    import time
+
+    x, y = torch.randn(4), torch.randn(4)
+    with recording(streams) as recorder:
+        _thread.start_new_thread(functools.partial(recorder.__torch_dispatch__, torch.ops.aten.add.Tensor, (),
+                                                   (x, y)), ())
+        deadline = time.monotonic() + 10   # an op that raised there records nothing
+        while not kernels(recorder.trace, "aten.add") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    (launch,) = kernels(recorder.trace, "aten.add")
+    assert launch.site == ""
+
+
 # -- calls ---------------------------------------------------------------------------------------
 
 def test_a_recording_brackets_each_warm_up_call_and_the_capture_call():
