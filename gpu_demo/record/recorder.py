@@ -47,7 +47,7 @@ import weakref
 from collections import defaultdict
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch._C import DisableTorchFunction
@@ -62,6 +62,7 @@ from gpu_demo.record.call_site import user_site
 from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK, Device, block_bytes, cuda_device
 from gpu_demo.record.dispatch_mode import QuickDispatchMode
 from gpu_demo.record.host_reads import HostReadWatch
+from gpu_demo.record.memory_watch import MemoryWatch, Ranges, install_at_bottom, uninstall
 from gpu_demo.record.naming import StreamNames, rename_in_place, renamed_copy
 from gpu_demo.record.op_plans import (
     ITEM,
@@ -232,6 +233,9 @@ class CaptureRecorder(QuickDispatchMode):
         self._releasing: dict[int, tuple[int, str]] = {}   # blocks a mutation is letting go -> (bytes, label)
         self._busy = 0   # >0 while the recorder's own code or an op's internals run
         self._dispatching = False   # ``eager=False``: on the dispatch stack now (``_enter_dispatch``)
+        self._watch: MemoryWatch | None = None   # standing aside (``stand_aside``): the calls it records
+        self._watched_frees = Ranges()
+        self._watching = 0          # >0 while a call the watch picked runs
         self._context = ExitStack()
         self._route_allocations()
 
@@ -254,6 +258,8 @@ class CaptureRecorder(QuickDispatchMode):
 
     def __exit__(self, *exc_info: Any) -> None:
         self._context.__exit__(*exc_info)
+        if self._watch is not None:
+            uninstall(self._watch)
         if self.eager:
             super().__exit__(*exc_info)
         else:
@@ -402,8 +408,42 @@ class CaptureRecorder(QuickDispatchMode):
 
     def on_replay(self, cuda_graph: object) -> None:
         graph = self._graph_of.get(id(cuda_graph))
-        if graph is not None and self._recording():
+        if graph is not None and (self._recording() or self._watch is not None):
             self.replay(graph, self._replays[graph])
+
+    # -- standing aside (``gpu_demo.record.memory_watch``) -----------------------------
+
+    def stand_aside(self, reads: Iterable[tuple[int, int]], frees: Iterable[tuple[int, int]]) -> None:
+        """From now on record only captures, replays, the calls that touch ``reads`` (address
+        ranges) and the frees of blocks that touch ``frees``; called again, the ranges change."""
+        if self._watch is None:
+            self._watch = MemoryWatch(self._record_call)
+            install_at_bottom(self._watch)
+            if self.eager:
+                self.eager, self._dispatching = False, True
+                self._leave_dispatch()
+                self._route_allocations()
+        self._watch.ranges = Ranges(reads)
+        self._watched_frees = Ranges(frees)
+
+    def late_names(self) -> dict[int, str]:
+        """The names ``label()`` gave tensors after their first records (tensor id -> name)."""
+        return dict(self._late_names)
+
+    def _record_call(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A call the watch picked: run with the recorder on the dispatch stack, op by op."""
+        if self.graph is not None or self._watching:
+            return func(*args, **kwargs)   # recorded already
+        self._watching += 1
+        entered = _get_current_dispatch_mode() is not self
+        if entered:
+            TorchDispatchMode.__enter__(self)
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if entered:
+                TorchDispatchMode.__exit__(self, None, None, None)
+            self._watching -= 1
 
     def _begin(self, stream: str, inputs: tuple[int, ...], *, by_hand: bool, cuda_graph: object = None,
                pool: str = "") -> int:
@@ -507,7 +547,7 @@ class CaptureRecorder(QuickDispatchMode):
         releasing = self._releasing.get(ptr)   # a mutation letting the block go names it
         if releasing is not None:
             self._free(ptr, *releasing)
-        elif block is not None and self._recording():
+        elif block is not None and (self._recording() or self._watched_frees.touches(ptr, block[0])):
             self._free(ptr, block[0], block[1].label)
 
     def on_synchronized(self, op: str, stream: int | None, event: int | None) -> None:
@@ -536,8 +576,8 @@ class CaptureRecorder(QuickDispatchMode):
 
     def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
                          access: KernelAccess | None = None) -> None:
-        if self._busy or not self._recording():
-            return  # launched by an op the dispatcher already showed
+        if self._busy or not (self._recording() or (self._watch is not None and self._watch.touched(args))):
+            return  # launched by an op the dispatcher already showed, or on memory no rule follows
         if access is not None and access.unknown:
             self.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
         with self._quiet():
@@ -606,7 +646,7 @@ class CaptureRecorder(QuickDispatchMode):
         """
         kwargs = kwargs or {}
         plan = PLANS.get(id(func)) or plan_of(func)
-        if not (self.eager or self.graph is not None):
+        if not (self.eager or self.graph is not None or self._watching):
             return plan.call(*args, **kwargs)
         self._busy += 1   # the recorder's own tensor reads are not the program's (``_quiet``)
         try:
@@ -833,7 +873,7 @@ class CaptureRecorder(QuickDispatchMode):
     # -- small helpers -----------------------------------------------------------
 
     def _recording(self) -> bool:
-        return self.eager or self.graph is not None
+        return self.eager or self.graph is not None or self._watching > 0
 
     @contextmanager
     def _quiet(self) -> Iterator[None]:

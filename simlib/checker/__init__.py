@@ -111,45 +111,27 @@ from typing import Sequence
 from ..trace import Trace
 from .calls import calls_of
 from .findings import ERROR, WARNING, Finding, format_report
-from .index import index_trace
+from .incremental import IncrementalChecker
 from .ranks import RankFinding, format_rank_report
-from .rule_capture_failed import capture_failed
 from .rule_cross_rank import collective_mismatches, rank_of
-from .rule_empty_argument import emptied_tensors, empty_arguments
-from .rule_extent import short_extents
-from .rule_freed_under_graph import freed_under_graphs
 from .rule_frozen_host_value import frozen_host_values
 from .rule_frozen_state import frozen_state
-from .rule_graphs_clobber import graphs_clobber
-from .rule_host_mutation import host_mutations
 from .rule_input_rebuilt import rebuilt_inputs
-from .rule_races import races
-from .rule_stale_input import stale_inputs
 
-__all__ = ["ERROR", "WARNING", "Finding", "RankFinding", "check", "check_ranks", "format_rank_report", "format_report"]
+__all__ = ["ERROR", "WARNING", "Finding", "IncrementalChecker", "RankFinding", "check", "check_ranks",
+           "format_rank_report", "format_report"]
 
 
 def check(trace: Trace) -> list[Finding]:
     """Every capture hazard in ``trace``: failed captures first, then by step (empty: clean)."""
-    index = index_trace(trace)
-    findings: list[Finding] = []
-    for g in index.graphs.values():
-        if g.failed:
-            findings.append(capture_failed(g))
-            continue
-        findings += host_mutations(g, index)
-        emptied = emptied_tensors(g, index)
-        findings += empty_arguments(g, emptied)
-        findings += short_extents(g, emptied)
-        findings += races(g)
-    findings += frozen_state(index)
-    findings += stale_inputs(trace, index)
+    checker = IncrementalChecker()
+    findings = checker.feed(trace.records)
+    findings += frozen_state(checker.index)
     calls = calls_of(trace)
     if calls:
-        findings += frozen_host_values(calls, index)
-        findings += rebuilt_inputs(calls, index)
-    findings += freed_under_graphs(trace, index)
-    findings += graphs_clobber(trace, index)
+        findings += frozen_host_values(calls, checker.index)
+        findings += rebuilt_inputs(calls, checker.index)
+    findings += checker.finish()
     return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
 
 

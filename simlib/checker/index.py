@@ -22,6 +22,7 @@ from ..trace import (
     HostRead,
     Launch,
     Mutation,
+    Record,
     SkippedLaunch,
     TensorId,
     Trace,
@@ -29,6 +30,7 @@ from ..trace import (
 )
 
 CaptureUse = Launch | SkippedLaunch
+VIEWS_KEPT = 100_000   # a bounded index's views (then the newest half)
 
 
 @dataclass
@@ -78,6 +80,69 @@ class Index:
     eager: list[Launch | Alloc | Free | Capture] = field(default_factory=list)  # outside captures
     alloc_steps: dict[DataPtr, list[int]] = field(default_factory=lambda: defaultdict(list))
     alloc_nbytes: dict[DataPtr, int] = field(default_factory=dict)
+    # A whole process: views and allocation steps kept only as far as the newest records need
+    # (a view's lineage, an input's last allocation), so the index does not grow with the run.
+    bounded: bool = False
+
+    capturing: GraphId | None = None    # the capture open now: allocator records join it
+
+    def add(self, r: Record) -> Record:
+        """Index one more record (in record order); returns it as indexed (a ``Free`` the
+        allocator hook left unsized gets its block's size)."""
+        kind = type(r)
+        if kind is Launch:
+            if r.graph is None:
+                self.eager.append(r)
+            else:
+                g = self.graph(r.graph)
+                g.nodes.append(r)
+                g.uses.append(r)
+        elif kind is SkippedLaunch and r.graph is not None:
+            self.graph(r.graph).uses.append(r)
+        elif kind is Mutation and r.graph is not None:
+            self.graph(r.graph).mutations.append(r)
+        elif kind is HostRead and r.graph is not None:
+            self.graph(r.graph).host_reads.append(r)
+        elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
+            self.views[r.tensor] = r
+            self.views_of[r.base].append(r)
+            if self.bounded and len(self.views) > VIEWS_KEPT:
+                self._forget_old_views()
+        elif kind is Alloc:
+            steps = self.alloc_steps[r.ptr]
+            steps.append(r.step)
+            if self.bounded and len(steps) > 8:
+                del steps[:4]
+            self.alloc_nbytes[r.ptr] = r.nbytes
+            if self.capturing is None:
+                self.eager.append(r)
+            else:
+                self.graph(self.capturing).allocs.append(r)
+        elif kind is Free:
+            if not r.nbytes and r.ptr in self.alloc_nbytes:   # the allocator hook gives no size
+                r = replace(r, nbytes=self.alloc_nbytes[r.ptr])
+            gid = r.graph if r.graph is not None else self.capturing
+            if gid is None:
+                self.eager.append(r)
+            else:
+                self.graph(gid).frees.append(r)
+        elif kind is Capture:
+            g = self.graph(r.graph)
+            g.inputs = tuple(dict.fromkeys((*g.inputs, *r.inputs)))
+            if r.op == "begin":
+                g.begin, self.capturing = r, r.graph
+                self.eager.append(r)
+            elif r.op == "end":
+                g.end, self.capturing = r, None
+        return r
+
+    def _forget_old_views(self) -> None:
+        """Keep the newest half of the views (a view's lineage is read soon after it is taken)."""
+        kept = list(self.views.items())[len(self.views) // 2:]
+        self.views = dict(kept)
+        self.views_of = defaultdict(list)
+        for _, view in kept:
+            self.views_of[view.base].append(view)
 
     def graph(self, gid: GraphId) -> Graph:
         if gid not in self.graphs:
@@ -114,46 +179,6 @@ def index_trace(trace: Trace) -> Index:
     """Sort the records into graphs (by ``graph``, or by the capture open when the allocator
     spoke) and index the views."""
     index = Index()
-    capturing: GraphId | None = None    # the capture open now: allocator records join it
     for r in trace.records:
-        kind = type(r)
-        if kind is Launch:
-            if r.graph is None:
-                index.eager.append(r)
-            else:
-                g = index.graph(r.graph)
-                g.nodes.append(r)
-                g.uses.append(r)
-        elif kind is SkippedLaunch and r.graph is not None:
-            index.graph(r.graph).uses.append(r)
-        elif kind is Mutation and r.graph is not None:
-            index.graph(r.graph).mutations.append(r)
-        elif kind is HostRead and r.graph is not None:
-            index.graph(r.graph).host_reads.append(r)
-        elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
-            index.views[r.tensor] = r
-            index.views_of[r.base].append(r)
-        elif kind is Alloc:
-            index.alloc_steps[r.ptr].append(r.step)
-            index.alloc_nbytes[r.ptr] = r.nbytes
-            if capturing is None:
-                index.eager.append(r)
-            else:
-                index.graph(capturing).allocs.append(r)
-        elif kind is Free:
-            if not r.nbytes and r.ptr in index.alloc_nbytes:   # the allocator hook gives no size
-                r = replace(r, nbytes=index.alloc_nbytes[r.ptr])
-            gid = r.graph if r.graph is not None else capturing
-            if gid is None:
-                index.eager.append(r)
-            else:
-                index.graph(gid).frees.append(r)
-        elif kind is Capture:
-            g = index.graph(r.graph)
-            g.inputs = tuple(dict.fromkeys((*g.inputs, *r.inputs)))
-            if r.op == "begin":
-                g.begin, capturing = r, r.graph
-                index.eager.append(r)
-            elif r.op == "end":
-                g.end, capturing = r, None
+        index.add(r)
     return index

@@ -1,15 +1,23 @@
-"""Rule 10, ``freed_under_graph``: a block a graph uses, outside its pool, freed while the graph lives."""
+"""Rule 10, ``freed_under_graph``: a block a graph uses, outside its pool, freed while the graph lives.
+
+Followed as the records come (``FreedUnderGraph.add``): a free waits, per graph
+that uses the block, for that graph's next replay, and is reported there (a
+free during a capture once the capture has ended, against every node it
+captured); a free during a capture that no replay followed is reported when the
+program ends (``finish``). So a check costs what happened since the last one.
+"""
 
 from __future__ import annotations
 
-import bisect
-from typing import Iterator
+from dataclasses import dataclass, field
 
 from ..memory import graph_pool
-from ..trace import Alloc, Free, Launch, Replay, Trace
-from .findings import ERROR, Finding, plural
+from ..trace import Alloc, Arg, Capture, DataPtr, Free, GraphId, Launch, Record, Replay
+from .findings import ERROR, Finding
 from .index import Graph, Index
 from .intervals import Intervals
+
+User = tuple[Launch, Arg]
 
 
 def capture_pool(g: Graph) -> str:
@@ -17,72 +25,119 @@ def capture_pool(g: Graph) -> str:
     return (g.begin.pool if g.begin is not None else "") or graph_pool(g.id)
 
 
-def freed_under_graphs(trace: Trace, index: Index) -> Iterator[Finding]:
-    """Frees, during a capture or before a later replay, of blocks outside the graph's pool that
-    its nodes read or write. A block allocated during a capture belongs to a graph pool (whatever
-    its pool is called), so it is not one. Every block counts, pointer 0 and small addresses
-    included."""
-    frees = [r for r in trace.records if type(r) is Free]
-    allocs = [r for r in trace.records if type(r) is Alloc]
-    in_capture = {id(a) for g in index.graphs.values() for a in g.allocs}
-    last_alloc: dict[int, Alloc] = {}        # per free: the allocation of its block (the last before it)
-    block: dict[int, Alloc] = {}
-    for r in trace.records:
-        if type(r) is Alloc:
-            block[r.ptr] = r
-        elif type(r) is Free and r.ptr in block:
-            last_alloc[id(r)] = block[r.ptr]
-    replays: dict[int, list[Replay]] = {}
-    for r in trace.of(Replay):
-        replays.setdefault(r.graph, []).append(r)
-    for g in index.graphs.values():
-        if g.failed or g.begin is None or g.end is None or not g.nodes:
-            continue
-        pool = capture_pool(g)
-        later = replays.get(g.id, [])
-        steps = [r.step for r in later]
-        candidates = []   # (free, during the capture, the replays after it)
-        for free in frees:
-            if free.step <= g.begin.step or free.pool == pool:
+@dataclass(slots=True)
+class _Waiting:
+    """A free of a block graph ``graph`` uses, waiting for that graph's next replay."""
+
+    free: Free
+    user: User
+    during: bool                 # freed while the graph was being captured
+    again: Alloc | None = None   # who the allocator handed the block to since
+
+
+@dataclass
+class _Lived:
+    """A graph captured with nodes: what its nodes use, and its frees awaiting a replay."""
+
+    graph: Graph
+    pool: str
+    used: Intervals[User]
+    waiting: list[_Waiting] = field(default_factory=list)
+
+
+class FreedUnderGraph:
+    """Rule 10 over records in order. Every block counts, pointer 0 and small addresses included;
+    a block allocated during a capture belongs to a graph pool (whatever its pool is called), so
+    freeing it is not this rule's business."""
+
+    def __init__(self) -> None:
+        self._lived: dict[GraphId, _Lived] = {}
+        self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?
+        self._during: list[Free] = []                  # frees in the open capture
+        self._reported: set[tuple[GraphId, DataPtr]] = set()
+        self._capturing = False
+
+    def watched(self) -> list[tuple[DataPtr, DataPtr]]:
+        """The address ranges a free of which a later replay would make a finding."""
+        return [key for lived in self._lived.values() for key, _ in lived.used.items()]
+
+    def add(self, r: Record, index: Index) -> list[Finding]:
+        """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""
+        kind = type(r)
+        if kind is Free:
+            return self._freed(r)
+        if kind is Alloc:
+            self._from_capture[r.ptr] = self._capturing
+            for lived in self._lived.values():
+                for w in lived.waiting:
+                    if w.again is None and w.free.ptr == r.ptr:
+                        w.again = r
+        elif kind is Replay:
+            return self._replayed(r)
+        elif kind is Capture:
+            self._capturing = r.op == "begin"
+            if r.op == "end":
+                return self._captured(index.graph(r.graph))
+        return []
+
+    def _freed(self, free: Free) -> list[Finding]:
+        if self._from_capture.get(free.ptr, False):
+            return []                    # graph-pool memory
+        if self._capturing:
+            self._during.append(free)
+        for lived in self._lived.values():
+            if free.pool == lived.pool or (lived.graph.id, free.ptr) in self._reported:
                 continue
-            alloc = last_alloc.get(id(free))
-            if alloc is not None and id(alloc) in in_capture:
-                continue                        # a block of a graph pool: not outside every graph's memory
-            during = free.step < g.end.step
-            after = later[bisect.bisect_right(steps, free.step):]
-            if during or after:
-                candidates.append((free, during, after))
-        if not candidates:
-            continue
-        used = Intervals(((a.ptr, a.ptr + a.nbytes), (node, a)) for node in g.nodes for a in node.args if a.nbytes)
-        reported: set[int] = set()
-        for free, during, after in candidates:
-            if free.ptr in reported:
-                continue
-            users = used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
-            if users:
-                reported.add(free.ptr)
-                yield _finding(g, free, users[0][1], during, after, _handed_out(allocs, free, after))
+            users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
+            if users and all(w.free.ptr != free.ptr for w in lived.waiting):
+                lived.waiting.append(_Waiting(free, users[0][1], during=False))
+        return []
+
+    def _replayed(self, replay: Replay) -> list[Finding]:
+        lived = self._lived.get(replay.graph)
+        if lived is None or not lived.waiting:
+            return []
+        found = []
+        for w in lived.waiting:
+            self._reported.add((lived.graph.id, w.free.ptr))
+            found.append(_finding(lived.graph, w, replay))
+        lived.waiting.clear()
+        return found
+
+    def finish(self) -> list[Finding]:
+        """The program ended: frees during a capture that no replay followed (every replay would use
+        the block); a free after the last replay harms nothing."""
+        found = []
+        for lived in self._lived.values():
+            found += [_finding(lived.graph, w, None) for w in lived.waiting if w.during]
+            lived.waiting.clear()
+        return found
+
+    def _captured(self, g: Graph) -> list[Finding]:
+        during, self._during = self._during, []
+        if g.failed or g.begin is None or not g.nodes:
+            return []
+        lived = _Lived(g, capture_pool(g), Intervals(((a.ptr, a.ptr + a.nbytes), (node, a))
+                                                      for node in g.nodes for a in node.args if a.nbytes))
+        self._lived[g.id] = lived
+        for free in during:
+            users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
+            if users and free.pool != lived.pool and all(w.free.ptr != free.ptr for w in lived.waiting):
+                again = next((a for a in g.allocs if a.step > free.step and a.ptr == free.ptr), None)
+                lived.waiting.append(_Waiting(free, users[0][1], True, again))
+        return []
 
 
-def _handed_out(allocs: list[Alloc], free: Free, after: list[Replay]) -> Alloc | None:
-    """The first allocation of the freed block's address after the free (before the first replay after it)."""
-    until = after[0].step if after else float("inf")
-    return next((a for a in allocs if free.step < a.step < until and a.ptr == free.ptr), None)
-
-
-def _finding(g: Graph, free: Free, user: tuple[Launch, object], during: bool, after: list[Replay],
-             again: Alloc | None) -> Finding:
-    node, arg = user
-    when = (f"while graph {g.id} was being captured" if during
+def _finding(g: Graph, waiting: _Waiting, replay: Replay | None) -> Finding:
+    free, (node, arg), again = waiting.free, waiting.user, waiting.again
+    when = (f"while graph {g.id} was being captured" if waiting.during
             else f"after graph {g.id} was captured (step {g.end.step if g.end else '?'})")
-    access = {"r": "reads", "w": "writes"}.get(getattr(arg, "access", ""), "reads and writes")
+    access = {"r": "reads", "w": "writes"}.get(arg.access, "reads and writes")
     handed = (f" The allocator handed it out again to {again.label!r} at step {again.step}."
               if again is not None else "")
-    if after:
-        first = after[0]
-        replayed = (f"{plural(len(after), 'replay')} of graph {g.id} follow (the first, #{first.index}, "
-                    f"at step {first.step}) and use it")
+    if replay is not None:
+        replayed = (f"graph {g.id} replayed after it (replay #{replay.index}, at step {replay.step}) "
+                    f"and used it")
     else:
         replayed = f"every replay of graph {g.id} will use it"
     return Finding(
@@ -91,7 +146,7 @@ def _finding(g: Graph, free: Free, user: tuple[Launch, object], during: bool, af
         f"{free.step} on stream {free.stream} {when}, but graph {g.id}'s node {node.label!r} on "
         f"{node.stream} (step {node.step}) {access} it. The block lies outside the graph's pool "
         f"(it was allocated before the capture), so once freed the allocator may hand it to any "
-        f"tensor, and {replayed}: they read or overwrite whatever lives there then.{handed}",
+        f"tensor, and {replayed}: the replays read or overwrite whatever lives there then.{handed}",
         f"Keep {free.label!r} alive for as long as graph {g.id} may replay (hold it where the graph "
         f"is held), size it once, before capturing, for the largest case instead of resizing or "
         f"replacing it, or capture the graph again after replacing it.")

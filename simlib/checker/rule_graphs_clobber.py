@@ -1,31 +1,37 @@
 """Rule 11, ``graphs_clobber``: a replay of one graph overwrote a live result of another.
 
-Followed in record order: each replay of graph A leaves A's results where its
-nodes wrote; a replay of graph B that writes over one of them clobbers it; a
-read of that result afterwards (by an eager launch, or by a replay of another
-graph, A's own next replay included when it reads the result back as state),
-before A writes it again, reads B's bytes. Only memory allocated during a
-capture (graph pools, shared with ``pool=``) is followed: a buffer allocated
-before any capture and updated by every graph (a KV cache) is shared by
-design, and its ranges cannot tell one graph's slots from another's.
+Followed in record order (``GraphsClobber.add``): each replay of graph A leaves
+A's results where its nodes wrote; a replay of graph B that writes over one of
+them clobbers it; a read of that result afterwards (by an eager launch, or by
+a replay of another graph, A's own next replay included when it reads the
+result back as state), before A writes it again, reads B's bytes. Only memory
+allocated during a capture (graph pools, shared with ``pool=``) is followed: a
+buffer allocated before any capture and updated by every graph (a KV cache)
+is shared by design, and its ranges cannot tell one graph's slots from
+another's.
+
+What is live decides. A's *intermediates*, whose blocks A's capture allocated
+and freed again before it ended, are dead once a replay is over: the pool
+hands them to the next graph by design, and nobody reads them. A's results are
+what its capture left allocated (its outputs, a cache it created), and what it
+writes outside memory its own capture allocated.
 
 Only B's blind writes clobber (``"w"``, by a node that reads nothing there): an
 update in place (``"rw"``, or a node that reads the range it writes, a cache
 append) keeps what is there. A read counts as a read of A's result when it
 reads A's tensor or a view of it (a weak reference included), or else A's
-exact range where B wrote a different one (a read of B's own output, laid
-where A's was, is B's result and fine); A reading its own state back always
-counts.
+exact range where none of B's writes there had that range (a read of B's own
+output, laid where A's was, is B's result and fine); A reading its own state
+back always counts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
 
-from ..trace import Arg, GraphId, Launch, Replay, Trace
+from ..trace import Alloc, Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
 from .findings import ERROR, Finding
-from .index import Index
+from .index import Graph, Index
 from .intervals import Intervals
 
 Access = tuple[Launch, Arg]
@@ -43,82 +49,130 @@ class _Clobber:
     result: Access           # the victim's write that the clobber overwrote
     graph: GraphId
     replay: Replay
-    write: Access            # the clobbering node's write
+    writes: list[Access] = field(default_factory=list)   # the clobbering graph's writes there, first first
 
 
-def graphs_clobber(trace: Trace, index: Index) -> Iterator[Finding]:
-    if sum(1 for g in index.graphs.values() if not g.failed and g.nodes) < 2:
-        return                                  # one graph cannot clobber another
-    if len({r.graph for r in trace.of(Replay)}) < 2:
-        return                                  # results are left by replays: of two graphs at least
-    pool = Intervals(((a.ptr, a.ptr + a.nbytes), a) for g in index.graphs.values() for a in g.allocs if a.nbytes)
-    if not pool:
-        return
-    writes: dict[GraphId, list[tuple[Launch, Arg, bool]]] = {}   # (node, arg, blind)
-    reads: dict[GraphId, list[Access]] = {}
-    for g in index.graphs.values():
+@dataclass
+class _Captured:
+    writes: list[tuple[Launch, Arg, bool, bool]]   # (node, arg, blind, a result rather than an intermediate)
+    reads: list[Access]                            # what the graph reads before writing it
+
+
+class GraphsClobber:
+    """Rule 11 over records in order; ``watched`` says which memory an eager read of matters."""
+
+    def __init__(self) -> None:
+        self._pool: Intervals[None] = Intervals()       # blocks allocated during captures
+        self._graphs: dict[GraphId, _Captured] = {}
+        self._results: Intervals[_Result] = Intervals()
+        self._clobbered: Intervals[_Clobber] = Intervals()
+        self._reported: set[tuple[GraphId, GraphId]] = set()
+
+    def watched(self) -> list[tuple[DataPtr, DataPtr]]:
+        """Graph-pool memory the graphs write: where an eager read may read a clobbered result."""
+        return [(a.ptr, a.ptr + a.nbytes) for g in self._graphs.values() for _, a, _, result in g.writes if result]
+
+    def add(self, r: Record, index: Index) -> list[Finding]:
+        kind = type(r)
+        if kind is Replay:
+            return self._replayed(r, index) if r.graph in self._graphs else []
+        if kind is Launch:
+            return self._eager(r, index) if r.graph is None and self._clobbered else []
+        if kind is Capture and r.op == "end":
+            self._captured(index.graph(r.graph))
+        return []
+
+    def _captured(self, g: Graph) -> None:
+        self._pool.update(((a.ptr, a.ptr + a.nbytes), None) for a in g.allocs if a.nbytes)
         if g.failed or not g.nodes:
-            continue
+            return
+        dead = _intermediates(g)
         written: Intervals[Access] = Intervals()
-        writes[g.id], reads[g.id] = [], []
+        captured = _Captured([], [])
         for node in g.nodes:
             for a in node.args:
                 if not a.nbytes:
                     continue
                 lo, hi = a.ptr, a.ptr + a.nbytes
                 if a.reads and not written.overlapping(lo, hi):
-                    reads[g.id].append((node, a))           # reads what the graph did not write first
-                if a.writes and pool.overlapping(lo, hi):
+                    captured.reads.append((node, a))          # reads what the graph did not write first
+                if a.writes and self._pool.overlapping(lo, hi):
                     written.put(lo, hi, (node, a))
                     blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes
                                                         for b in node.args)
-                    writes[g.id].append((node, a, blind))
-    results: Intervals[_Result] = Intervals()
-    clobbered: Intervals[_Clobber] = Intervals()
-    reported: set[tuple[GraphId, GraphId]] = set()
-    for r in trace.records:
-        kind = type(r)
-        if kind is Replay and r.graph in writes:
-            for node, a in reads[r.graph]:
-                yield from _read(clobbered, reported, node, a, r.graph, index)
-            for node, a, blind in writes[r.graph]:
-                lo, hi = a.ptr, a.ptr + a.nbytes
-                for key, c in clobbered.overlapping(lo, hi):
-                    if c.victim == r.graph:
-                        clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
-                for _, res in results.overlapping(lo, hi) if blind else ():
-                    if res.graph != r.graph:
-                        clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, (node, a)))
-                results.put(lo, hi, _Result(r.graph, (node, a)))
-        elif kind is Launch and r.graph is None and clobbered:
-            for a in r.args:
-                if a.reads and a.nbytes:
-                    yield from _read(clobbered, reported, r, a, None, index)
-            for a in r.args:
-                if a.access == "w" and a.nbytes:
-                    for key, _ in clobbered.overlapping(a.ptr, a.ptr + a.nbytes):
-                        clobbered.clear(key[0], key[0] + 1)   # overwritten: nobody's result now
+                    live = not any(born <= node.step < died for _, spans in dead.overlapping(lo, hi)
+                                   for born, died in spans)
+                    captured.writes.append((node, a, blind, live))
+        self._graphs[g.id] = captured
+
+    def _replayed(self, r: Replay, index: Index) -> list[Finding]:
+        captured, found = self._graphs[r.graph], []
+        for node, a in captured.reads:
+            found += self._read(node, a, r.graph, index)
+        for node, a, blind, live in captured.writes:
+            lo, hi = a.ptr, a.ptr + a.nbytes
+            for key, c in self._clobbered.overlapping(lo, hi):
+                if c.victim == r.graph:
+                    self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
+                elif c.graph == r.graph and c.replay is r:
+                    c.writes.append((node, a))                   # the clobbering replay writes there again
+            for _, res in self._results.overlapping(lo, hi) if blind else ():
+                if res.graph != r.graph:
+                    self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, [(node, a)]))
+            if live:
+                self._results.put(lo, hi, _Result(r.graph, (node, a)))
+            else:
+                self._results.clear(lo, hi)                      # a dead intermediate: nobody's result
+        return found
+
+    def _eager(self, r: Launch, index: Index) -> list[Finding]:
+        found = []
+        for a in r.args:
+            if a.reads and a.nbytes:
+                found += self._read(r, a, None, index)
+        for a in r.args:
+            if a.access == "w" and a.nbytes:
+                for key, _ in self._clobbered.overlapping(a.ptr, a.ptr + a.nbytes):
+                    self._clobbered.clear(key[0], key[0] + 1)   # overwritten: nobody's result now
+        return found
+
+    def _read(self, reader: Launch, arg: Arg, graph: GraphId | None, index: Index) -> list[Finding]:
+        found = []
+        for _, c in self._clobbered.overlapping(arg.ptr, arg.ptr + arg.nbytes):
+            if c.graph == graph or (c.victim, c.graph) in self._reported or (
+                    graph != c.victim and not _reads_result(arg, c, index)):
+                continue
+            self._reported.add((c.victim, c.graph))
+            found.append(_finding(c, reader, arg, graph))
+        return found
 
 
-def _read(clobbered: Intervals[_Clobber], reported: set[tuple[GraphId, GraphId]], reader: Launch, arg: Arg,
-          graph: GraphId | None, index: Index) -> Iterator[Finding]:
-    for _, c in clobbered.overlapping(arg.ptr, arg.ptr + arg.nbytes):
-        if c.graph == graph or (c.victim, c.graph) in reported or (
-                graph != c.victim and not _reads_result(arg, c, index)):
-            continue
-        reported.add((c.victim, c.graph))
-        yield _finding(c, reader, arg, graph)
+def _intermediates(g: Graph) -> Intervals[list[tuple[int, int]]]:
+    """The blocks ``g``'s capture allocated and freed again, each with the steps it lived between:
+    what a node wrote there in that span is an intermediate, dead once a replay is over."""
+    opened: dict[DataPtr, Alloc] = {}
+    dead: Intervals[list[tuple[int, int]]] = Intervals()
+    for r in sorted([*g.allocs, *g.frees], key=lambda r: r.step):
+        if type(r) is Alloc:
+            opened[r.ptr] = r
+        elif (a := opened.pop(r.ptr, None)) is not None:
+            key = (a.ptr, a.ptr + max(a.nbytes, 1))
+            spans = dead.get(*key)
+            if spans is None:
+                dead.put(*key, spans := [])
+            spans.append((a.step, r.step))
+    return dead
 
 
 def _reads_result(arg: Arg, c: _Clobber, index: Index) -> bool:
     """Does ``arg`` read the victim's result: its tensor (or a view of it, a weak reference
-    included), or else its exact range where the clobber's differs?"""
-    mine, theirs = c.result[1].tensor, c.write[1].tensor
+    included), or else its exact range where none of the clobber's writes had it?"""
+    mine, theirs = c.result[1].tensor, {a.tensor for _, a in c.writes}
     lineage = _lineage(arg.tensor, index)
-    if (mine in lineage) != (theirs in lineage):
+    if (mine in lineage) != bool(theirs & lineage):
         return mine in lineage
-    span, mine_arg, theirs_arg = (arg.ptr, arg.nbytes), c.result[1], c.write[1]
-    return span == (mine_arg.ptr, mine_arg.nbytes) and span != (theirs_arg.ptr, theirs_arg.nbytes)
+    span, mine_arg = (arg.ptr, arg.nbytes), c.result[1]
+    return span == (mine_arg.ptr, mine_arg.nbytes) and all(span != (a.ptr, a.nbytes) for _, a in c.writes)
 
 
 def _lineage(tensor: int, index: Index) -> set[int]:
@@ -132,7 +186,7 @@ def _lineage(tensor: int, index: Index) -> set[int]:
 
 
 def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:
-    (a_node, a_arg), (b_node, b_arg) = c.result, c.write
+    (a_node, a_arg), (b_node, b_arg) = c.result, c.writes[0]
     if graph is None:
         by = f"the eager launch {reader.label!r} on {reader.stream} at step {reader.step}"
     elif graph == c.victim:
@@ -145,8 +199,8 @@ def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Fi
         f"[{hex(a_arg.ptr)}, +{a_arg.nbytes} bytes), and graph {c.graph}'s node {b_node.label!r} writes "
         f"{b_arg.label!r} at [{hex(b_arg.ptr)}, +{b_arg.nbytes} bytes), over it: the replay of graph "
         f"{c.graph} at step {c.replay.step} (replay #{c.replay.index} on {c.replay.stream}) clobbered graph "
-        f"{c.victim}'s result, and {by} read {arg.label!r} afterwards, before graph {c.victim} wrote it "
-        f"again. It got graph {c.graph}'s bytes.",
+        f"{c.victim}'s result, and {by} read {arg.label!r} at [{hex(arg.ptr)}, +{arg.nbytes} bytes) "
+        f"afterwards, before graph {c.victim} wrote it again. It got graph {c.graph}'s bytes.",
         _fix(c, a_arg.label, state=graph == c.victim))
 
 

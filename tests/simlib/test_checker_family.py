@@ -187,7 +187,7 @@ def test_a_workspace_freed_during_capture_is_freed_under_the_graph():
     f = findings[0]
     assert f.code == "freed_under_graph" and f.label == "ws" and f.pointers == (W,)
     assert "while graph 0 was being captured" in f.why and "'someone_else'" in f.why
-    assert "1 replay of graph 0" in f.why and "Keep 'ws' alive" in f.fix
+    assert "graph 0 replayed after it (replay #0" in f.why and "Keep 'ws' alive" in f.fix
 
 
 def test_a_free_after_capture_counts_only_when_a_replay_follows():
@@ -315,3 +315,57 @@ def test_an_update_in_place_by_the_other_graph_is_not_a_clobber():
         for i, gid in enumerate(order):
             t.replay(gid, i)
     assert t.check() == []
+
+
+def bucket_graphs(t: Tracer) -> None:
+    """Two batch-size graphs in one pool, captured largest first, as serving engines do. Graph 0's
+    intermediate ``h0`` lives at P and is freed inside its capture; its output ``out0`` lives at Q.
+    Graph 1 gets P from the pool: its intermediate ``h1`` overwrites it, then its output ``out1``
+    is laid exactly where ``h0`` was."""
+    q = P + 0x10_0000
+    def g0() -> None:
+        t.alloc(10, P, nbytes=256, pool=graph_pool(0), label="h0")
+        t.launch("mm", arg(0, W), arg(10, P, "w", nbytes=256, label="h0"))
+        t.alloc(11, q, pool=graph_pool(0), label="out0")
+        t.launch("down", arg(10, P, nbytes=256, label="h0"), arg(11, q, "w", label="out0"))
+        t.free(P, nbytes=256, pool=graph_pool(0), label="h0")
+    def g1() -> None:
+        t.alloc(20, P, nbytes=512, pool=graph_pool(0), label="h1")
+        t.launch("_softmax", arg(0, W), arg(20, P, "w", nbytes=512, label="h1"))
+        t.free(P, nbytes=512, pool=graph_pool(0), label="h1")
+        t.alloc(21, P, nbytes=256, pool=graph_pool(0), label="out1")
+        t.launch("down", arg(0, W), arg(21, P, "w", nbytes=256, label="out1"))
+    t.capture(0, g0)
+    t.capture(1, g1, pool=graph_pool(0))
+
+
+def test_a_graphs_intermediates_are_dead_after_its_replay_so_the_next_bucket_reusing_them_clobbers_nothing():
+    # The vLLM/SGLang runner: each output copied out right after its replay, the next bucket's
+    # graph reusing the first one's intermediates. Reading graph 1's output, laid where graph 0's
+    # dead intermediate was, reads graph 1's result (issue 34's false alarm).
+    t = Tracer()
+    bucket_graphs(t)
+    for step in range(3):
+        t.replay(step % 2, step // 2)
+        gid = step % 2
+        t.launch("clone", arg(11 if gid == 0 else 21, P + 0x10_0000 if gid == 0 else P,
+                              nbytes=64 if gid == 0 else 256, label=f"out{gid}"))
+    assert t.check() == []
+
+
+def test_a_live_output_read_through_a_weak_reference_after_the_next_bucket_replayed_is_a_clobber():
+    # The same runner reading graph 0's output after graph 1 replayed (vLLM #42177): its output is
+    # live (its capture left it allocated), read through a new tensor on its exact span.
+    t = Tracer()
+    q = P + 0x10_0000
+    t.capture(0, lambda: (t.alloc(11, q, pool=graph_pool(0), label="out0"),
+                          t.launch("down", arg(0, W), arg(11, q, "w", label="out0"))))
+    t.free(q, pool=graph_pool(0), label="out0")          # only a weak reference kept: the pool may reuse it
+    t.capture(1, lambda: (t.alloc(21, q, nbytes=32, pool=graph_pool(0), label="out1"),
+                          t.launch("down", arg(0, W), arg(21, q, "w", nbytes=32, label="out1"))), pool=graph_pool(0))
+    t.replay(0, 0)
+    t.replay(1, 0)
+    t.launch("clone", arg(30, q, label="weak_out0"))
+    (finding,) = t.check()
+    assert finding.code == "graphs_clobber" and "'weak_out0'" in finding.why and "'out1'" in finding.why
+    assert f"[{hex(q)}, +64 bytes)" in finding.why and f"[{hex(q)}, +32 bytes)" in finding.why

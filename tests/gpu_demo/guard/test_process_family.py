@@ -1,7 +1,7 @@
 """The whole-process check as strong as ``check_capture``, on a CPU (the GPU played by ``gpu_fakes``).
 
 The eager calls a program makes before it captures are recorded and split into
-calls (``gpu_demo.record.calls``), so the rules that compare calls fire; the
+calls (``simlib.checker.calls``), so the rules that compare calls fire; the
 replays and frees after a capture are recorded, so the rules about memory a
 graph still uses fire at the replay; the warning points at the user's line.
 """
@@ -18,8 +18,8 @@ from gpu_fakes import CAPTURE, FakeGraph, cuda_graph, fake_graph_methods, record
 
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
-from gpu_demo.record.calls import with_calls  # noqa: E402
-from simlib.trace import Alloc, Call, Capture, Free, Launch, Replay  # noqa: E402
+from simlib.checker.calls import with_calls  # noqa: E402
+from simlib.trace import Call, Capture, Launch  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -88,24 +88,29 @@ def test_a_host_value_changing_between_the_programs_eager_calls_is_caught_at_the
     assert rules(checked) == {"frozen_host_value"}
 
 
-def test_a_check_reads_the_records_themselves_and_its_findings_name_the_final_streams(streams, fake_graph_methods):
-    # No record is copied for a stream's name: the rules compare stream keys, and what they found is renamed.
+def test_each_record_is_fed_to_the_checker_once_and_its_findings_name_the_final_streams(streams, fake_graph_methods):
+    # A check costs what happened since the last one: every record reaches the checker once, as it is
+    # (stream keys, no copies), and only what was found is renamed.
     layer, x = Scaled(), torch.randn(8)
-    read = []
+    fed = []
     with capture_checked(on_hazard="warn", device=streams.device()) as checked:
-        for_check = checked.recorder.for_check
-        def reading(records):
-            checked_records = for_check(records)
-            read.extend((r, r.stream) for r in checked_records if type(r) is Launch)
-            return checked_records
-        checked.recorder.for_check = reading
+        feed = checked.checker.feed
+        def counting(records):
+            records = list(records)
+            fed.append([(r, getattr(r, "stream", None)) for r in records])
+            return feed(records)
+        checked.checker.feed = counting
         for _ in range(2):
             layer(x)
         with pytest.warns(CaptureHazardWarning) as warned, cuda_graph(FakeGraph(), streams):
             layer(x)
-    live = {id(r) for r in checked.recorder.trace.records}
-    assert read and all(id(r) in live for r, _ in read)                    # the records, not copies
-    assert all(stream.startswith("cuda-stream-") for _, stream in read)   # with their keys
+        for _ in range(3):
+            x.add(1)
+            torch.cuda.CUDAGraph.replay(FakeGraph())   # a graph nobody captured: not recorded
+    every = [r for batch in fed for r, _ in batch]
+    assert len({id(r) for r in every}) == len(every) == len(checked.recorder.trace.records)
+    assert all(r is kept for r, kept in zip(every, checked.recorder.trace.records))
+    assert all(stream.startswith("cuda-stream-") for batch in fed for r, stream in batch if type(r) is Launch)
     (finding,) = [f for report in checked.reports for f in report.findings]
     assert "on main at step" in finding.why and "cuda-stream-" not in str(warned[0].message)
 
@@ -153,67 +158,69 @@ def test_a_block_the_graph_uses_freed_before_a_replay_is_reported_at_that_replay
     assert len(checked.reports) == 2          # reported once: the check at the block's end found nothing new
 
 
-def test_a_free_of_memory_no_graph_uses_triggers_no_check_at_the_replay(streams, fake_graph_methods):
+def test_a_free_of_memory_no_graph_uses_is_no_finding(streams, fake_graph_methods):
     graph = FakeGraph()
     with capture_checked(device=streams.device()) as checked:
         x, other = torch.randn(64) * 1, torch.randn(64) * 1
         with cuda_graph(graph, streams):
             x.mul(2)
-        torch.cuda.CUDAGraph.replay(graph)   # the first replay is checked (its inputs, rule 7)
+        torch.cuda.CUDAGraph.replay(graph)
         other.add(1)
         runtime.memory_deallocation(other.untyped_storage().data_ptr())
         torch.cuda.CUDAGraph.replay(graph)
-        assert len(checked.reports) == 1 and checked._checked_upto < len(checked.recorder.trace.records)
-    assert rules(checked) == set()
+    assert rules(checked) == set() and [r.graph for r in checked.reports] == [0]
 
 
-def test_the_whole_process_window_keeps_every_capture_and_replay_and_only_the_newest_eager_work(
+def serve(checker: CaptureChecker, graphs: list[FakeGraph], steps: int, work) -> None:
+    """``steps`` served steps: each replays the graphs in turn, then runs ``work(step)``."""
+    for step in range(steps):
+        torch.cuda.CUDAGraph.replay(graphs[step % len(graphs)])
+        work(step)
+
+
+def test_the_whole_process_check_keeps_no_history_and_each_check_reads_only_what_is_new(
         streams, fake_graph_methods):
-    graph = FakeGraph()
+    # A server's life: the checker is fed each record once and drops it; what it keeps is per graph.
+    graphs = [FakeGraph(), FakeGraph()]
+    fed: list[int] = []
     with recording(streams) as recorder:
-        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", window=40)
-        x = torch.randn(4)
-        with cuda_graph(graph, streams):
-            x.mul(2)
-        for _ in range(60):
-            x.add(1)
-        torch.cuda.CUDAGraph.replay(graph)
-        with cuda_graph(FakeGraph(), streams):   # a second graph: a check, then the trim
-            x.mul(3)
-    records = recorder.trace.records
-    assert len(records) < 40 and [r.graph for r in records if type(r) is Capture] == [0, 0, 1, 1]
-    assert [r.graph for r in records if type(r) is Replay] == [0]
-    assert len([r for r in records if type(r) is Launch and r.graph is None]) < 20
-    assert checker.reports and not rules(checker)
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
+        feed = checker.checker.feed
+        checker.checker.feed = lambda records: (fed.append(len(records)), feed(records))[1]
+        x = torch.randn(64)
+        for g in graphs:
+            with cuda_graph(g, streams):
+                x.mul(2)
+        serve(checker, graphs, 200, lambda step: x.add(step))
+        assert len(recorder.trace.records) <= 3    # fed and dropped: at most what came since the last replay
+    assert max(fed[-100:]) == min(fed[-100:])     # the same for every served step, however many came before
+    assert checker.serving and not rules(checker)
 
 
-def test_the_trim_keeps_the_allocations_made_in_a_capture_and_the_frees_of_graph_memory(streams, fake_graph_methods):
-    # What rules 10 and 11 need later: a cache made inside the first capture (graph memory,
-    # transformers #48199) and a free of a block a graph reads (FlashInfer #4398's resize_).
+def test_once_it_serves_the_recorder_records_only_what_touches_graph_memory(streams, fake_graph_methods):
+    # After SERVING_AFTER replays with no capture between them the recorder stands aside: eager work on
+    # other memory is not recorded, a read of a graph's result is, and so is every later capture.
+    from gpu_demo.guard.process import SERVING_AFTER
+
     graph = FakeGraph()
     with recording(streams) as recorder:
-        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", window=10_000)
-        workspace = torch.randn(64) * 1
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
+        static, other = torch.randn(64), torch.randn(64)
         with cuda_graph(graph, streams):
-            cache = torch.randn(64) * 1          # allocated inside the capture
-            workspace.mul(2)
-        runtime.memory_deallocation(workspace.untyped_storage().data_ptr())
-        for _ in range(5):
-            cache.add(1)
-        second = FakeGraph()
-        with cuda_graph(second, streams):        # a second capture: a check
-            cache.mul(3)
-        assert checker._freed_since_replay       # the next replay of graph 0 is checked after that free
-        warm_up = [r for r in recorder.trace.records if type(r) is Launch and r.kernel.startswith("aten.add")]
-        assert len(warm_up) == 5                 # graph 1's warm-up, kept for its first replay (rule 7)
-        with pytest.warns(CaptureHazardWarning, match="freed_under_graph"):   # the workspace, freed above
-            torch.cuda.CUDAGraph.replay(graph)
-        torch.cuda.CUDAGraph.replay(second)      # every graph replayed: no warm-up is needed again
-    kept = recorder.trace.records
-    cache_ptr, workspace_ptr = cache.untyped_storage().data_ptr(), workspace.untyped_storage().data_ptr()
-    assert any(type(r) is Alloc and r.ptr == cache_ptr for r in kept)
-    assert any(type(r) is Free and r.ptr == workspace_ptr for r in kept)
-    assert not any(type(r) is Launch and r.graph is None and r.kernel.startswith("aten.add") for r in kept)
+            out = static * 2                               # the graph's result, in its pool
+        fed = []
+        feed = checker.checker.feed
+        checker.checker.feed = lambda records: (fed.extend(records), feed(records))[1]
+        serve(checker, [graph], SERVING_AFTER, lambda step: static.copy_(other))
+        assert checker.serving
+        fed.clear()
+        other.add(1)                                       # no graph's memory: not recorded
+        out.clone()                                        # the graph's result: recorded
+        with cuda_graph(FakeGraph(), streams):             # a later capture: recorded
+            other.mul(3)
+    kernels = [r.kernel.split(".")[1] for r in fed if type(r) is Launch]
+    assert "add" not in kernels and "clone" in kernels and "mul" in kernels
+    assert torch._C._len_torch_function_stack() == 0       # the watch left with the recording
 
 
 def test_torch_compile_compiles_under_the_check_and_the_compiled_codes_ops_are_recorded():
@@ -281,17 +288,17 @@ def test_the_whole_process_check_records_eager_work_from_its_start_and_ends_quie
     assert done.stdout.strip() == "['randn', 'mul', 'relu']"
 
 
-@pytest.mark.parametrize("window", [None, 10_000], ids=["capture_checked", "whole_process"])
+@pytest.mark.parametrize("whole_process", [False, True], ids=["capture_checked", "whole_process"])
 def test_a_cache_made_inside_the_first_capture_and_written_by_the_next_graph_is_a_clobber(
-        streams, fake_graph_methods, window):
+        streams, fake_graph_methods, whole_process):
     # lazy_cache_in_capture on fake graphs (transformers #48199): the cache is made inside graph 0's
     # capture, graph 1 writes its first rows, and graph 0's output is read after both replayed. The
-    # whole-process check trims eager work at each capture end: the cache's allocation must stay.
+    # whole-process check drops what it was fed: the checker must keep the cache as graph memory.
     # The replays run nothing here; the records are what the H200 gives.
     first, second = FakeGraph(), FakeGraph()
     w = torch.randn(8, 8)
     with recording(streams) as recorder:
-        CaptureChecker(recorder, on_hazard="warn", window=window)   # it listens to the recorder
+        CaptureChecker(recorder, on_hazard="warn", whole_process=whole_process)   # it listens to the recorder
         big, small = torch.randn(4, 8) * 1, torch.randn(2, 8) * 1
         with cuda_graph(first, streams):
             cache = torch.empty(4, 8)
@@ -323,36 +330,6 @@ def test_the_whole_process_check_lets_the_young_generation_grow_and_leaves_a_col
         gc.set_threshold(*saved)
 
 
-def test_a_capture_end_is_checked_on_that_capture_its_eager_calls_and_the_brackets_of_the_others(
-        streams, fake_graph_methods):
-    # The start-up's cost: each capture-end check reads its own capture and the eager work since the
-    # capture before it, not every earlier graph's nodes and warm-ups; allocations inside the other
-    # captures stay (graph memory).
-    from gpu_demo.guard import process
-
-    first = FakeGraph()
-    with recording(streams) as recorder:
-        x = torch.randn(64)
-        with cuda_graph(first, streams):
-            kept = x * 2                                   # allocated in graph 0's capture: graph memory
-            runtime.memory_deallocation((x * 3).untyped_storage().data_ptr())   # a block freed in it
-        torch.cuda.CUDAGraph.replay(first)
-        x.add(1)                                           # eager work before the next capture
-        with cuda_graph(FakeGraph(), streams):
-            kept.mul(4)
-    records = recorder.trace.records
-    seen = process._of_graph(records, 1)
-    assert [(r.op, r.graph) for r in seen if type(r) is Capture] == [("begin", 0), ("end", 0), ("begin", 1), ("end", 1)]
-    assert {r.graph for r in seen if type(r) is Launch} == {None, 1}
-    dropped = [type(r) for r in records if type(r) in (Replay, Free) and r.graph == 0]
-    assert dropped == [Free, Replay] and not any(type(r) in (Replay, Free) and r.graph == 0 for r in seen)
-    begin, end = (i for i, r in enumerate(records) if type(r) is Capture and r.graph == 0)
-    allocs = [(i, r.ptr) for i, r in enumerate(records) if type(r) is Alloc]
-    assert any(i < begin for i, _ in allocs)   # x, made before any capture: another size's warm-up, gone
-    assert [r.ptr for r in seen if type(r) is Alloc] == [ptr for i, ptr in allocs if i > begin]
-    assert len(seen) < len(records)
-
-
 @pytest.mark.parametrize("captured_writes_it, refreshed", [(False, True), (True, True), (False, False)])
 def test_a_graph_reading_what_only_the_warm_up_derived_from_its_input_is_reported_at_its_first_replay(
         streams, fake_graph_methods, captured_writes_it, refreshed):
@@ -382,29 +359,6 @@ def test_a_graph_reading_what_only_the_warm_up_derived_from_its_input_is_reporte
         assert "replay #0 of graph 0" in report.text and "static input" in report.text
 
 
-def test_a_check_at_a_replay_or_the_end_reads_no_warm_up_launch(streams, fake_graph_methods):
-    # The warm-ups were compared with their captures at the capture's end; before any replay no
-    # eager launch can read a clobbered result. Their frees stay, and everything from the first replay.
-    from gpu_demo.guard import process
-
-    graph = FakeGraph()
-    with recording(streams) as recorder:
-        x = torch.randn(64) * 1
-        x.add(1)                                            # warm-up
-        with cuda_graph(graph, streams):
-            y = x * 2
-        runtime.memory_deallocation(x.untyped_storage().data_ptr())
-        torch.cuda.CUDAGraph.replay(graph)
-        y.sub(1)                                            # a read after the replay
-    records = recorder.trace.records
-    seen = process._from_replays(records)
-    eager = [r.kernel.split(".")[1] for r in seen if type(r) is Launch and r.graph is None]
-    assert eager == ["sub"] and [r.kernel.split(".")[1] for r in records if type(r) is Launch
-                                 and r.graph is None] == ["randn", "mul", "add", "sub"]
-    assert [type(r) for r in seen if type(r) in (Free, Replay)] == [Free, Replay]
-    assert [r for r in seen if type(r) is Launch and r.graph == 0]
-
-
 def test_the_checker_keeps_the_time_its_checks_took(streams, fake_graph_methods):
     # What the start-up benchmark splits the overhead by: checking against recording.
     graph = FakeGraph()
@@ -417,21 +371,6 @@ def test_the_checker_keeps_the_time_its_checks_took(streams, fake_graph_methods)
         torch.cuda.CUDAGraph.replay(graph)
         after_replay = checked.check_s
     assert 0.0 < after_capture < after_replay < checked.check_s   # the capture's end, its first replay, the block's
-
-
-def test_the_end_check_is_skipped_where_no_graph_replayed(streams, fake_graph_methods):
-    # A server's start-up: every batch size captured, none replayed yet. The capture-end checks
-    # saw everything a rule could use (a free of graph memory matters before a later replay).
-    with capture_checked(device=streams.device()) as checked:
-        x = torch.randn(64) * 1                   # outside the graphs' pool
-        for _ in range(2):
-            with cuda_graph(FakeGraph(), streams):
-                x.mul(2)
-        x.add(1)
-        runtime.memory_deallocation(x.untyped_storage().data_ptr())
-        upto = checked._checked_upto
-    assert checked._checked_upto == upto < len(checked.recorder.trace.records)   # a check would have moved it
-    assert rules(checked) == set()
 
 
 def test_a_capture_still_open_when_the_block_ends_is_checked_at_the_end(streams, fake_graph_methods):
