@@ -100,12 +100,12 @@ def run_child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | No
                          *(["--profile", str(profile)] if profile else []))
 
 
-def fresh_process(script: str, mode: str, *args: str) -> dict:
+def fresh_process(script: str, mode: str, *args: str, timeout: float = 300) -> dict:
     """``script --child mode args`` in a fresh process: the JSON its last line printed."""
     done = subprocess.run([sys.executable, script, "--child", mode, *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"the {mode} start-up failed: {done.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"the {mode} run failed: {done.stderr.strip().splitlines()[-1:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -116,6 +116,8 @@ FAMILY = [   # (hazardous, fixed twin): the names the simulator's twins use too
     ("buffer_rebound", "fix_buffer_copied_in_place"),
     ("data_assign_empty", "fix_data_assign_skipped_in_capture"),
     ("custom_op_set_empty", "fix_custom_op_set_skipped_in_capture"),
+    ("serve_output_read_after_other_bucket", "serve_vllm_buckets"),
+    ("serve_static_input_rebuilt", "serve_vllm_buckets"),
 ]
 
 
@@ -137,6 +139,9 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
     ("self.buffer = self.buffer.to(", "buffer_rebound"),
     ("wait_event(", "safe_event_fork_join"),
     ('torch.compile(layer, mode="reduce-overhead")', "safe_compile_reduce_overhead"),
+    ("statics[b] = F.pad(", "serve_static_input_rebuilt"),
+    ("out_buf[:b].copy_(", "serve_sglang_buckets"),
+    ("decoder(in_buf[:b]", "serve_sglang_buckets"),
 ])
 def test_each_new_construct_is_in_the_program_named_for_it(construct, name):
     assert construct in code(name)
@@ -146,6 +151,46 @@ def test_the_safe_programs_cover_event_fork_join_three_streams_and_reduce_overhe
     for name in ("safe_event_fork_join", "safe_three_stream_fanout", "safe_compile_reduce_overhead"):
         assert corpus.load(name).EXPECTED == corpus.SAFE
     assert code("safe_three_stream_fanout").count("wait_stream(") >= 2 and corpus.load("safe_three_stream_fanout").BRANCHES == 3
+
+
+SERVERS = ("serve_vllm_buckets", "serve_sglang_buckets", "serve_output_read_after_other_bucket",
+           "serve_static_input_rebuilt")
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_server_captures_its_buckets_largest_first_into_one_pool_and_serves_them_all(name):
+    program = corpus.load(name)
+    assert program.BUCKETS == tuple(sorted(program.BUCKETS, reverse=True))
+    assert "pool=pool" in code(name) and ".pool()" in code(name)
+    assert {program.bucket_for(n) for n in program.BATCHES} == set(program.BUCKETS)
+
+
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_servers_decoder_works_row_by_row_so_padding_cannot_change_a_request(name):
+    # its eager reference pads with zero rows where the static buffers hold stale ones
+    program = corpus.load(name)
+    torch.manual_seed(0)
+    weights = program.decoder_weights(torch.device("cpu"), torch.float32)
+    x, stale = torch.randn(3, program.HIDDEN), torch.randn(5, program.HIDDEN)
+    torch.testing.assert_close(program.decoder(torch.cat([x, stale]), weights)[:3], program.eager(x, weights))
+
+
+@pytest.mark.parametrize("name", ["serve_output_read_after_other_bucket", "serve_static_input_rebuilt"])
+def test_a_hazardous_server_is_the_vllm_runner_but_for_its_serving_loop(name):
+    def before_run(text: str) -> str:
+        return text[:text.index("def run(")].replace('EXPECTED = "hazardous"', 'EXPECTED = "safe"')
+
+    assert before_run(code(name)) == before_run(code("serve_vllm_buckets"))
+
+
+def test_the_pipelined_server_reads_outputs_after_another_buckets_replay_and_after_its_own():
+    program = corpus.load("serve_output_read_after_other_bucket")
+    bucket = program.bucket_for
+    steps = list(zip(program.BATCHES, program.BATCHES[1:]))
+    # a whole bucket read after another bucket's replay (its exact range, as rule 11 follows it) ...
+    assert any(n == bucket(n) != bucket(after) for n, after in steps)
+    # ... and one read after its own graph's next replay: wrong whatever the pool's layout
+    assert any(bucket(n) == bucket(after) for n, after in steps)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -336,7 +381,9 @@ CHECK_CAPTURE_ON_GPU = ["input_rebuilt_each_call", "fix_input_copied_to_static",
                         "workspace_freed_in_capture"]
 PROCESS_ON_GPU = ["host_scalar_frozen", "input_rebuilt_each_call", "workspace_resized_under_graph",
                   "shared_pool_clobber", "lazy_cache_in_capture", "data_assign_empty", "safe_event_fork_join",
-                  "safe_three_stream_fanout", "safe_compile_reduce_overhead"]
+                  "safe_three_stream_fanout", "safe_compile_reduce_overhead", *SERVERS]
+# The rule that must name a hazard, where one is named here (issue 34: the serving runners).
+NAMED_BY = {"serve_output_read_after_other_bucket": "graphs_clobber", "serve_static_input_rebuilt": "freed_under_graph"}
 
 
 @pytest.mark.gpu
@@ -363,8 +410,19 @@ def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing
     assert result["captures"] >= 1, result    # the check saw the program capture (reduce-overhead too)
     if corpus.load(name).EXPECTED == corpus.HAZARDOUS:
         assert result["rules"], result
+        assert NAMED_BY.get(name, "") in " ".join(result["rules"]), result["rules"]
     else:
         assert result["findings"] == [], result["rules"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", SERVERS)
+def test_a_server_is_right_on_the_gpu_exactly_when_it_is_safe(name):
+    from gpu_demo.protocol.child import run_in_child
+
+    truth = run_in_child("gpu_demo.corpus.runner:script_truth_in_child", {"name": name, "dtype": "bfloat16", "seed": 0}, 300)
+    assert "child_error" not in truth, truth["child_error"]
+    assert truth["outcome"] == ("correct" if corpus.load(name).EXPECTED == corpus.SAFE else "silent_wrong"), truth
 
 
 # -- the anchors' verdicts ----------------------------------------------------------------------------
