@@ -81,7 +81,7 @@ def child(mode: str, generates: int) -> dict[str, Any]:
            "gc_s": gc_s[0]}
     if checker is not None:
         out.update(findings=len(checker.summary()["findings"]), check_s=checker.check_s,
-                   records_kept=len(checker.recorder.trace.records))
+                   records_kept=len(checker.recorder.trace.records) + checker.checker.kept())
     return out
 
 

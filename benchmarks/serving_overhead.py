@@ -220,7 +220,7 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
             serve_step(server, requests[i], i)
 
         def checks() -> dict[str, float]:   # the check's time and records so far, at a block's end
-            return {"check_s": checker.check_s, "records_kept": len(checker.recorder.trace.records)}
+            return {"check_s": checker.check_s, "records_kept": len(checker.recorder.trace.records) + checker.checker.kept()}
 
         out["blocks"], out["cut_short"] = timed_blocks(tolerant(step, errors) if mode == "csan" else step,
                                                        steps, block, deadline, checks if checker is not None else dict)
@@ -234,7 +234,7 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
     if checker is not None:
         summary = checker.summary()
         out.update(rules=summary["rules"], findings=len(summary["findings"]), check_s=checker.check_s,
-                   records_kept=len(checker.recorder.trace.records))
+                   records_kept=len(checker.recorder.trace.records) + checker.checker.kept())
     return out
 
 

@@ -95,6 +95,11 @@ class IncrementalChecker:
             found += self._first_replay(gid)
         return found + self._freed.finish() + self._stale.finish()
 
+    def kept(self) -> int:
+        """How many records the checker holds (the next capture's warm-up, graphs' awaiting their
+        first replay): what a long run's memory depends on, besides the state per graph."""
+        return len(self._since_capture) + sum(map(len, self._awaiting.values())) + len(self._after)
+
     def watched_reads(self) -> list[tuple[DataPtr, DataPtr]]:
         """Memory an eager launch's access to matters: graphs' live results (rule 11), and what
         graphs not yet replayed read (their inputs are named by what the program writes there)."""
