@@ -120,6 +120,8 @@ class CaptureChecker:
         self.checker = IncrementalChecker(whole_program=True, window=WINDOW)
         self.recorder.capture_ended.append(self.check_graph)
         self.recorder.replayed.append(self.check_replay)
+        if self.whole_process:   # a program that records long without capturing or replaying
+            self.recorder.records_full = self.check_records
 
     @property
     def trace(self):  # noqa: ANN201 (a simlib Trace)
@@ -157,7 +159,14 @@ class CaptureChecker:
         self._replays_since_capture += 1
         if self.whole_process and not self.serving and self._replays_since_capture >= SERVING_AFTER:
             self.serving = True
+        if self.serving:
+            self.checker.forget_eager()
         self._watch()
+
+    @_timed
+    def check_records(self) -> None:
+        """The recorder holds ``RECORDS_CAP`` records: feed them (the checker keeps a window)."""
+        self._report(None, self._feed(), "while recording", "", None)
 
     @_timed
     def check_now(self, what: str = "at the end") -> None:

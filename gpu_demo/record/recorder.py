@@ -115,6 +115,7 @@ _now = time.perf_counter_ns
 _Tensor = torch.Tensor
 
 _OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
+RECORDS_CAP = 1 << 15   # records held before ``records_full`` is called (a whole process feeds its checker)
 SWEEP_AT = 1 << 16   # handles kept before dead tensors' are dropped (then twice the live ones)
 UNOWNED_KEPT = 1 << 14   # blocks the runtime handed out that no op has used yet, remembered (``_Pending``)
 # The field order ``CaptureRecorder._add`` writes each hot record in (after step, t_us).
@@ -236,6 +237,7 @@ class CaptureRecorder(QuickDispatchMode):
         self._watch: MemoryWatch | None = None   # standing aside (``stand_aside``): the calls it records
         self._watched_frees = Ranges()
         self._watching = 0          # >0 while a call the watch picked runs
+        self.records_full: Callable[[], None] | None = None   # called at an op once ``RECORDS_CAP`` are held
         self._context = ExitStack()
         self._route_allocations()
 
@@ -673,6 +675,8 @@ class CaptureRecorder(QuickDispatchMode):
 
     def _op(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         """An op that launches a kernel: its arguments frozen before it runs, its results after."""
+        if self.records_full is not None and len(self.trace.records) >= RECORDS_CAP:
+            self.records_full()
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]

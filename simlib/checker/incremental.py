@@ -21,6 +21,7 @@ over the whole trace.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..trace import Capture, DataPtr, GraphId, Launch, Record, Replay, Trace
@@ -28,6 +29,7 @@ from .calls import calls_of, with_calls
 from .findings import Finding
 from .index import Graph, Index, index_trace
 from .inputs import graph_reads, with_inputs
+from .intervals import Intervals
 from .rule_capture_failed import capture_failed
 from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
@@ -40,7 +42,8 @@ from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import StaleInputs
 
-WINDOW = 200_000   # whole process: eager records kept for the next capture's checks (then the newest half)
+REFRESHES_KEPT = 1_000   # per graph awaiting its first replay: its inputs are named from the first few
+WINDOW = 60_000   # whole program: eager records kept for the next capture's checks (then the newest half)
 
 
 class IncrementalChecker:
@@ -58,10 +61,9 @@ class IncrementalChecker:
         self._clobber = GraphsClobber()
         self._stale = StaleInputs()
         self._checked: set[GraphId] = set()
-        self._since_capture: list[Record] = []            # whole process: since the last capture ended
-        self._awaiting: dict[GraphId, list[Record]] = {}  # graphs not replayed yet: their warm-up and capture
-        self._after: list[Launch] = []                    # eager launches since the oldest of them ended
-        self._after_from: dict[GraphId, int] = {}         # where each one's part of ``_after`` starts
+        self._since_capture: list[Record] = []              # whole program: since the last capture ended
+        self._awaiting: dict[GraphId, _Awaiting] = {}       # graphs not replayed yet
+        self._reads: Intervals[list[GraphId]] = Intervals()  # what they read, where their inputs can be
         self.watch_changes = 0   # counts changes of what ``watched_reads`` and ``watched_frees`` say
 
     def feed(self, records: Iterable[Record]) -> list[Finding]:
@@ -95,16 +97,21 @@ class IncrementalChecker:
             found += self._first_replay(gid)
         return found + self._freed.finish() + self._stale.finish()
 
+    def forget_eager(self) -> None:
+        """Drop the eager records kept for the next capture's warm-up (a server that serves records
+        none worth keeping: its next capture is checked without them)."""
+        if self.index.capturing is None:
+            self._since_capture.clear()
+
     def kept(self) -> int:
         """How many records the checker holds (the next capture's warm-up, graphs' awaiting their
         first replay): what a long run's memory depends on, besides the state per graph."""
-        return len(self._since_capture) + sum(map(len, self._awaiting.values())) + len(self._after)
+        return len(self._since_capture) + sum(len(a.window) + len(a.refreshed) for a in self._awaiting.values())
 
     def watched_reads(self) -> list[tuple[DataPtr, DataPtr]]:
         """Memory an eager launch's access to matters: graphs' live results (rule 11), and what
         graphs not yet replayed read (their inputs are named by what the program writes there)."""
-        awaiting = [span for gid in self._awaiting for span in graph_reads(self.index.graph(gid))]
-        return self._clobber.watched() + awaiting
+        return self._clobber.watched() + [span for span, _ in self._reads.items()]
 
     def watched_frees(self) -> list[tuple[DataPtr, DataPtr]]:
         """Memory a free of matters (rule 10: the blocks graphs use outside their pools)."""
@@ -118,36 +125,51 @@ class IncrementalChecker:
             window, self._since_capture = self._since_capture, []
             if not g.failed:
                 found += _call_rules(with_calls(window, g.id), self.index)
-                self._awaiting[g.id] = window
-                self._after_from[g.id] = len(self._after)
+                self._awaiting[g.id] = _Awaiting(window)
+                for lo, hi in graph_reads(g):
+                    readers = self._reads.get(lo, hi)
+                    if readers is None:
+                        self._reads.put(lo, hi, [g.id])
+                    else:
+                        readers.append(g.id)
         return found
 
     def _first_replay(self, gid: GraphId) -> list[Finding]:
-        """Rule 7 for graph ``gid``: its warm-up and capture, then the eager launches since."""
-        window = self._awaiting.pop(gid)
+        """Rule 7 for graph ``gid``: its warm-up and capture, then the eager launches that wrote
+        into what it reads (its inputs, named by them); nothing to check where none did."""
+        awaiting = self._awaiting.pop(gid)
         self.watch_changes += 1
-        records = with_inputs([*window, *self._after[self._after_from.pop(gid):]], gid)
-        if self._awaiting:
-            first = min(self._after_from.values())
-            if first:
-                del self._after[:first]
-                self._after_from = {g: k - first for g, k in self._after_from.items()}
-        else:
-            self._after.clear()
-        return [f for f in frozen_state(index_trace(Trace(records=records))) if f.rule == 7]
+        self._reads = Intervals((span, [g for g in readers if g != gid]) for span, readers in self._reads.items()
+                                if readers != [gid])
+        records = [*awaiting.window, *awaiting.refreshed]
+        named = with_inputs(records, gid)
+        if named is records:
+            return []
+        return [f for f in frozen_state(index_trace(Trace(records=named))) if f.rule == 7]
 
     def _keep(self, r: Record, kind: type) -> None:
-        """Whole process: what the next capture's checks and rule 7's first-replay checks read."""
+        """Whole program: what the next capture's checks and rule 7's first-replay checks read."""
         since = self._since_capture
         since.append(r)
         if len(since) > self.window:
             del since[:len(since) - self.window // 2]
-        if self._awaiting and kind is Launch and r.graph is None:
-            self._after.append(r)
-            if len(self._after) > self.window:
-                cut = len(self._after) - self.window // 2
-                del self._after[:cut]
-                self._after_from = {g: max(0, k - cut) for g, k in self._after_from.items()}
+        if kind is Launch and r.graph is None and self._awaiting:
+            for a in r.args:
+                if a.writes and a.nbytes:
+                    for _, readers in self._reads.overlapping(a.ptr, a.ptr + a.nbytes):
+                        for gid in readers:
+                            refreshed = self._awaiting[gid].refreshed
+                            if len(refreshed) < REFRESHES_KEPT and (not refreshed or refreshed[-1] is not r):
+                                refreshed.append(r)
+
+
+@dataclass
+class _Awaiting:
+    """A graph not replayed yet: its warm-up and capture, and the eager launches since that wrote
+    into what it reads (they name its static inputs at its first replay)."""
+
+    window: list[Record]
+    refreshed: list[Launch] = field(default_factory=list)
 
 
 def _capture_rules(g: Graph, index: Index) -> list[Finding]:

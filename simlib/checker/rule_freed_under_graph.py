@@ -54,7 +54,7 @@ class FreedUnderGraph:
         self._lived: dict[GraphId, _Lived] = {}
         self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?
         self._during: list[Free] = []                  # frees in the open capture
-        self._reported: set[tuple[GraphId, DataPtr]] = set()
+        self._reported: set[tuple[GraphId, int, str]] = set()   # (graph, node, argument): once each
         self._capturing = False
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
@@ -86,10 +86,10 @@ class FreedUnderGraph:
         if self._capturing:
             self._during.append(free)
         for lived in self._lived.values():
-            if free.pool == lived.pool or (lived.graph.id, free.ptr) in self._reported:
+            if free.pool == lived.pool:
                 continue
             users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
-            if users and all(w.free.ptr != free.ptr for w in lived.waiting):
+            if users and self._new(lived, users[0][1]):
                 lived.waiting.append(_Waiting(free, users[0][1], during=False))
         return []
 
@@ -99,7 +99,7 @@ class FreedUnderGraph:
             return []
         found = []
         for w in lived.waiting:
-            self._reported.add((lived.graph.id, w.free.ptr))
+            self._reported.add(_key(lived.graph, w.user))
             found.append(_finding(lived.graph, w, replay))
         lived.waiting.clear()
         return found
@@ -113,6 +113,12 @@ class FreedUnderGraph:
             lived.waiting.clear()
         return found
 
+    def _new(self, lived: "_Lived", user: User) -> bool:
+        """Nothing reported or waiting yet about this node's argument: a block rebound every step
+        frees many blocks under the same argument, one finding says it."""
+        key = _key(lived.graph, user)
+        return key not in self._reported and all(_key(lived.graph, w.user) != key for w in lived.waiting)
+
     def _captured(self, g: Graph) -> list[Finding]:
         during, self._during = self._during, []
         if g.failed or g.begin is None or not g.nodes:
@@ -122,10 +128,14 @@ class FreedUnderGraph:
         self._lived[g.id] = lived
         for free in during:
             users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
-            if users and free.pool != lived.pool and all(w.free.ptr != free.ptr for w in lived.waiting):
+            if users and free.pool != lived.pool and self._new(lived, users[0][1]):
                 again = next((a for a in g.allocs if a.step > free.step and a.ptr == free.ptr), None)
                 lived.waiting.append(_Waiting(free, users[0][1], True, again))
         return []
+
+
+def _key(g: Graph, user: User) -> tuple[GraphId, int, str]:
+    return g.id, user[0].id, user[1].name
 
 
 def _finding(g: Graph, waiting: _Waiting, replay: Replay | None) -> Finding:

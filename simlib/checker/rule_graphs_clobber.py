@@ -83,7 +83,9 @@ class GraphsClobber:
         return []
 
     def _captured(self, g: Graph) -> None:
-        self._pool.update(((a.ptr, a.ptr + a.nbytes), None) for a in g.allocs if a.nbytes)
+        for a in g.allocs:
+            if a.nbytes:
+                self._pool.put(a.ptr, a.ptr + a.nbytes, None)
         if g.failed or not g.nodes:
             return
         dead = _intermediates(g)

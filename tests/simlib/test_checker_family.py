@@ -369,3 +369,17 @@ def test_a_live_output_read_through_a_weak_reference_after_the_next_bucket_repla
     (finding,) = t.check()
     assert finding.code == "graphs_clobber" and "'weak_out0'" in finding.why and "'out1'" in finding.why
     assert f"[{hex(q)}, +64 bytes)" in finding.why and f"[{hex(q)}, +32 bytes)" in finding.why
+
+
+def test_a_static_input_rebound_every_step_is_one_finding_for_the_graphs_argument():
+    # serve_static_input_rebuilt: the bucket's input rebuilt each step; the allocator cuts the freed
+    # block into new tensors, which are freed in turn. Each free lands under the same captured argument.
+    t = Tracer()
+    t.alloc(5, W, nbytes=1024, label="static")
+    t.capture(0, lambda: t.launch("add", arg(5, W, nbytes=1024, label="static"), arg(6, P, "w")))
+    for step in range(4):
+        t.free(W + 256 * step if step else W, nbytes=256 if step else 1024, label=f"static{step}")
+        t.alloc(10 + step, W + 256 * (step + 1), nbytes=256, label=f"new{step}")
+        t.replay(0, step)
+    (finding,) = t.check()
+    assert finding.code == "freed_under_graph" and finding.label == "static0"

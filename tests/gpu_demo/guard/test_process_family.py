@@ -379,3 +379,24 @@ def test_a_capture_still_open_when_the_block_ends_is_checked_at_the_end(streams,
             torch.cuda.CUDAGraph.capture_begin(FakeGraph())   # never ended
             torch.randn(8).mul(2)
     assert checked.check_s > 0.0
+
+
+def test_a_process_that_records_long_without_capturing_keeps_a_bounded_window(streams, fake_graph_methods,
+                                                                             monkeypatch):
+    # Eager work with no capture or replay to check at: the recorder hands its records to the checker
+    # every RECORDS_CAP, and the checker keeps at most its window of them for a capture to come.
+    from gpu_demo.record import recorder as recorder_module
+
+    monkeypatch.setattr(recorder_module, "RECORDS_CAP", 50)
+    with recording(streams) as recorder:
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
+        checker.checker.window = 100
+        x = torch.randn(8)
+        for _ in range(400):
+            x.add(1)
+        assert len(recorder.trace.records) <= 50 and checker.checker.kept() <= 100
+        for _ in range(2):
+            x.mul(2)                       # a warm-up right before the capture: kept for rules 7 to 9
+        with cuda_graph(FakeGraph(), streams):
+            x.mul(2)
+    assert checker.captures == 1 and not rules(checker)
