@@ -20,8 +20,8 @@ pointing at the user's line that ended the capture or replayed the graph;
 check at exit. It keeps no history: what the checker was fed is dropped, and
 the checker keeps state per graph and the eager records since the last
 capture (the next capture's warm-up, at most ``WINDOW``). Once the program
-serves (``SERVING_AFTER`` replays with no capture between them) the recorder
-stands aside: it records only what touches memory a rule follows (a graph's
+serves (its first replay: a server captures every batch size, then replays) the
+recorder stands aside: it records only what touches memory a rule follows (a graph's
 live results, what a graph not yet replayed reads, the blocks graphs use) and
 every capture, so a served step costs about what it costs unchecked, however
 long the server runs. A capture made after that is checked without its warm-up
@@ -56,7 +56,6 @@ from simlib.checker.incremental import WINDOW
 from simlib.trace import Capture, Replay
 
 ON_HAZARD = ("raise", "warn")
-SERVING_AFTER = 16   # replays with no capture between them, after which the program serves
 
 
 class CaptureHazardWarning(UserWarning):
@@ -112,7 +111,6 @@ class CaptureChecker:
     checker: IncrementalChecker = field(init=False)
     _fed: int = 0          # records of ``recorder.trace`` fed so far
     _watched: int = -1     # the checker's ``watch_changes`` the recorder's watch was last given
-    _replays_since_capture: int = 0
     _reported: set[tuple[Any, ...]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -141,7 +139,6 @@ class CaptureChecker:
     @_timed
     def check_graph(self, graph: int) -> None:
         """At the end of ``graph``'s capture: its own rules, and the eager calls before it."""
-        self._replays_since_capture = 0
         found = self._feed()
         end = self.checker.index.graph(graph).end
         error = end.error if end is not None else None
@@ -156,9 +153,7 @@ class CaptureChecker:
         replay = records[-1] if records else None
         what = f"replay #{replay.index if type(replay) is Replay else '?'} of graph {graph}"
         self._report(graph, self._feed(), what, "", None)
-        self._replays_since_capture += 1
-        if self.whole_process and not self.serving and self._replays_since_capture >= SERVING_AFTER:
-            self.serving = True
+        self.serving = self.serving or self.whole_process
         if self.serving:
             self.checker.forget_eager()
         self._watch()

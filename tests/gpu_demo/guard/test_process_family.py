@@ -198,10 +198,8 @@ def test_the_whole_process_check_keeps_no_history_and_each_check_reads_only_what
 
 
 def test_once_it_serves_the_recorder_records_only_what_touches_graph_memory(streams, fake_graph_methods):
-    # After SERVING_AFTER replays with no capture between them the recorder stands aside: eager work on
+    # From the first replay on (the program serves) the recorder stands aside: eager work on
     # other memory is not recorded, a read of a graph's result is, and so is every later capture.
-    from gpu_demo.guard.process import SERVING_AFTER
-
     graph = FakeGraph()
     with recording(streams) as recorder:
         checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
@@ -211,7 +209,7 @@ def test_once_it_serves_the_recorder_records_only_what_touches_graph_memory(stre
         fed = []
         feed = checker.checker.feed
         checker.checker.feed = lambda records: (fed.extend(records), feed(records))[1]
-        serve(checker, [graph], SERVING_AFTER, lambda step: static.copy_(other))
+        serve(checker, [graph], 3, lambda step: static.copy_(other))
         assert checker.serving
         fed.clear()
         other.add(1)                                       # no graph's memory: not recorded
