@@ -55,7 +55,7 @@ class AllocationLedger:
         self.releasing: dict[int, tuple[int, str]] = {}   # blocks a mutation is letting go -> (bytes, label)
         self.held: dict[int, torch.UntypedStorage] | None = None   # block address -> storage (``holding_storages``)
         self.eager_pool: str | None = None   # the pool eager allocations are routed to (``CaptureBook.on_pool_routing``)
-        self.capture_pool = ""               # the open capture's pool (``CaptureBook``)
+        self.capture_pool = ""               # the open capture's pool (set when ``CaptureBook`` opens one)
         self.on_allocated: Callable[[int], Any] | None = None   # see ``route``
         self._journal = journal
         self._handles = handles

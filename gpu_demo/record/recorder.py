@@ -24,22 +24,23 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
 * host-side metadata changes (``set_``, ``resize_``, and a storage's
   ``resize_``) become ``Mutation`` records with the old and new pointer, size
   and shape; during a capture, a later read of such a tensor's shape, size or
-  length becomes a ``HostRead`` (``gpu_demo.record.mutations``);
+  length becomes a ``HostRead`` (``gpu_demo.record.host_reads``);
 * ``torch.cuda.graph`` captures become ``Capture`` begin/end records and
-  ``CUDAGraph.replay`` a ``Replay``; records made in between carry the graph id
-  (``gpu_demo.record.capture_book``);
+  ``CUDAGraph.replay`` a ``Replay``; records made in between carry the graph id;
 * from the CUDA runtime (``gpu_demo.record.hooks``): event record/wait become
-  ``EventOp`` records, allocations and frees ``Alloc``/``Free`` records
-  (``gpu_demo.record.ledger``), synchronizations ``HostSync`` records;
+  ``EventOp`` records, allocations and frees ``Alloc``/``Free`` records (sized
+  from the tensor that got the block, or the storage that lost it, rounded to
+  the caching allocator's 512 bytes), synchronizations ``HostSync`` records;
 * each captured launch lists the launches it depends on: the previous launch
-  on its stream plus whatever its stream waited for through events
-  (``gpu_demo.record.stream_order``).
+  on its stream plus whatever its stream waited for through events.
 
 The mode is thin, as PyTorch's CUDA sanitizer's is: it freezes each op's
-arguments and writes its launch (the per-op path, with the calls it makes
-inlined where they were measured), and the bookkeeping lives in its parts,
-which all write into one ``journal``: ``handles`` (tensor objects and their
-names), ``ledger``, ``capture_book``, ``stream_order`` and ``mutations``.
+arguments and writes its launch (the per-op path, with what it would call
+inlined where that was measured to matter); the bookkeeping lives in its parts,
+which all write into one ``journal``: ``handles`` (tensor objects, labels),
+``ledger`` (blocks, pools, ``Alloc``/``Free``), ``capture_book`` (graphs, their
+pools, replays), ``stream_order`` (streams, events, what a launch depends on)
+and ``mutations`` (``Mutation`` and ``HostRead`` records).
 
 Streams get readable names (``gpu_demo.record.naming``); ``gpu_demo.record.annotate``
 marks stay optional labels on top. ``gpu_demo.record.capture.record_capture``
@@ -287,9 +288,10 @@ class CaptureRecorder(QuickDispatchMode):
                 role: str | None = None, site: str | None = None) -> None:
         """``role``: what the launch is (``H2D``) when not the ``annotate`` mark's role; ``site``:
         the user's line that issued it, when the caller knows how far up it is (``user_site``)."""
-        stream, marked, journal = stream or self.order.stream(), _marks.role, self.journal
+        stream, marked = stream or self.order.stream(), _marks.role
         label = f"{marked}/{opname}" if marked else opname
         role = role or marked
+        journal = self.journal
         if skips_empty and writes_only_empty(args):
             journal.emit(SkippedLaunch, kernel=kernel, label=label, role=role, stream=stream, graph=journal.graph,
                          reason="every output has zero elements", args=args)
@@ -343,10 +345,10 @@ class CaptureRecorder(QuickDispatchMode):
         ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its block
         last); else the op was given ``t``, and a pointer or size other than at its last recorded
         use is a ``storage_swap`` (its storage changed under it, by no op the dispatcher showed)."""
-        handles, ledger = self.handles, self.ledger
-        handle = handles.by_id.get(id(t))               # ``HandleTable.handle``, inlined
+        handle = self.handles.by_id.get(id(t))   # ``HandleTable.handle``, inlined
         if handle is None or handle.ref() is not t:
-            handle = handles.new(t)
+            handle = self.handles.new(t)
+        ledger = self.ledger
         storage = t.untyped_storage()
         block, ptr, nbytes = storage.data_ptr(), t.data_ptr(), storage.nbytes()
         if ledger.held is not None:
