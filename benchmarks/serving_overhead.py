@@ -68,7 +68,6 @@ from typing import Any, Callable
 
 import torch
 from process_startup_overhead import fresh_process, report  # its neighbour: a script's folder is on the path
-from torch.cuda._sanitizer import enable_cuda_sanitizer
 
 from gpu_demo.guard.process import check_process
 from gpu_demo.measure.overhead import collector_time
@@ -201,6 +200,9 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
     deadline = time.perf_counter() + budget_s
     checker = check_process("warn") if mode == "checked" else None
     if mode == "csan":
+        # Imported here only: importing torch.cuda._sanitizer registers its GPU-trace callbacks, and every
+        # allocation report of a checked run would then pass through them too.
+        from torch.cuda._sanitizer import enable_cuda_sanitizer
         enable_cuda_sanitizer()
     requests = batch_sizes(steps, max(sizes))
     out: dict[str, Any] = {"mode": mode}

@@ -1,8 +1,12 @@
 """The recorder: what a real PyTorch program froze, as a ``simlib.trace.Trace``.
 
 ``recorder.CaptureRecorder`` is a dispatch mode that writes every op down as the
-host issued it; ``capture.record_capture`` runs warm-up, capture and replays
-under it (``dry_run``: on CPU tensors, nothing captured). Its senses:
+host issued it, into one ``journal``, with its bookkeeping in parts: ``handles``
+(tensor objects and their names), ``ledger`` (memory blocks and their pools),
+``capture_book`` (graphs, pools, replays), ``stream_order`` (streams, events,
+what a launch depends on), ``mutations`` (host-side changes, shape reads).
+``capture.record_capture`` runs warm-up, capture and replays under it
+(``dry_run``: on CPU tensors, nothing captured). Its senses:
 ``hooks`` (torch's GPU-trace callbacks: events, allocations, syncs),
 ``patches`` (``torch.cuda.graph`` and direct Triton launches),
 ``host_reads`` (shape reads during capture), ``triton_access`` (what a Triton

@@ -128,5 +128,6 @@ def test_an_op_that_returns_its_own_input_records_no_view_of_it(streams):
     with recording(streams) as recorder:
         assert torch.ops.aten.lift_fresh.default(x) is x
         y = torch.ops.aten.alias.default(x)
-    assert [(v.tensor, v.base) for v in recorder.trace.of(View)] == [(recorder._handle(y).id, recorder._handle(x).id)]
-    assert recorder._handle(y).id != recorder._handle(x).id
+    assert [(v.tensor, v.base) for v in recorder.trace.of(View)] == [(recorder.handles.handle(y).id,
+                                                                       recorder.handles.handle(x).id)]
+    assert recorder.handles.handle(y).id != recorder.handles.handle(x).id

@@ -181,14 +181,14 @@ def _python_calls_in_allocation_report(ptr: int) -> list[str]:
 def test_an_allocation_report_runs_no_python_while_one_recorder_records(streams, fake_graph_methods):
     with recording(streams) as recorder:
         calls = _python_calls_in_allocation_report(4096)
-        recorder._pending.pointers.remove(4096)
+        recorder.ledger.pending.pointers.remove(4096)
     assert calls == []
     with recording(streams, eager=False) as recorder:
         outside = _python_calls_in_allocation_report(4096)
         with cuda_graph(FakeGraph(), streams):
             inside = _python_calls_in_allocation_report(4096)
-            recorder._pending.pointers.remove(4096)
-        assert not recorder._pending.pointers   # outside a capture the report went nowhere
+            recorder.ledger.pending.pointers.remove(4096)
+        assert not recorder.ledger.pending.pointers   # outside a capture the report went nowhere
     assert inside == [] and outside == ["fire_callbacks"]   # torch's own method, calling nobody
 
 
@@ -468,13 +468,15 @@ def test_each_argument_is_read_written_or_both_as_its_schema_says(streams):
 # -- tensor identity ----------------------------------------------------------------------------
 
 def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, monkeypatch):
+    import gpu_demo.record.handles
     import gpu_demo.record.recorder
 
     x = torch.randn(4)
     # Each t at the address of the t before it, as when CPython hands a dead object's slot on.
     real_id = id
-    monkeypatch.setattr(gpu_demo.record.recorder, "id", raising=False, value=lambda obj: 1234 if (
-        obj is not x and isinstance(obj, torch.Tensor) and obj.dim() == 1) else real_id(obj))
+    for module in (gpu_demo.record.recorder, gpu_demo.record.handles):
+        monkeypatch.setattr(module, "id", raising=False, value=lambda obj: 1234 if (
+            obj is not x and isinstance(obj, torch.Tensor) and obj.dim() == 1) else real_id(obj))
     with recording(streams) as recorder:
         for i in range(3):
             t = x + i
@@ -501,21 +503,21 @@ def test_a_label_belongs_to_its_tensor_object_and_goes_with_it(monkeypatch):
     assert len(annotate._labels) == before - 1
 
 def test_handles_of_dead_tensors_are_dropped_as_the_recording_goes_on(streams, monkeypatch):
-    import gpu_demo.record.recorder
+    import gpu_demo.record.handles
 
-    monkeypatch.setattr(gpu_demo.record.recorder, "SWEEP_AT", 64)
+    monkeypatch.setattr(gpu_demo.record.handles, "SWEEP_AT", 64)
     x = torch.randn(4)
     with recording(streams) as recorder:
         for i in range(1000):
             x + i                              # dies at once
-        kept = len(recorder._handles)
+        kept = len(recorder.handles.by_id)
     made = {launch.args[-1].tensor for launch in recorder.trace.of(Launch)}
     assert len(made) == 1000 and kept <= 128
 
 def test_records_built_by_position_follow_the_trace_field_order():
     from dataclasses import fields
 
-    from gpu_demo.record.recorder import POSITIONAL
+    from gpu_demo.record.journal import POSITIONAL
 
     for kind, names in POSITIONAL.items():
         assert tuple(f.name for f in fields(kind))[2:] == names, kind.__name__
@@ -739,7 +741,7 @@ def test_without_eager_recording_the_recorder_dispatches_only_while_a_capture_is
     with recording(streams, eager=False) as recorder:
         on_top.append(_get_current_dispatch_mode() is recorder)
         x.add(1)                        # its block is reported, and nobody is left holding it
-        assert not recorder._pending.pointers
+        assert not recorder.ledger.pending.pointers
         with cuda_graph(FakeGraph(), streams):
             on_top.append(_get_current_dispatch_mode() is recorder)
             x.mul(2)
