@@ -18,7 +18,7 @@ import time
 import torch
 
 from gpu_demo.record import call_site
-from gpu_demo.record import recorder as recorder_module
+from gpu_demo.record import ops as recorder_module
 from gpu_demo.record.cuda_device import cpu_device
 from gpu_demo.record.recorder import CaptureRecorder
 from simlib.trace import Launch

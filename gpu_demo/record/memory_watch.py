@@ -23,9 +23,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch.overrides import TorchFunctionMode
 
-_data_ptr = torch._C.TensorBase.data_ptr
-_numel = torch._C.TensorBase.numel
-_itemsize = torch._C.TensorBase.element_size
+from gpu_demo.record import tensor_reads
+
+_data_ptr, _numel, _itemsize = tensor_reads.data_ptr, tensor_reads.numel, tensor_reads.itemsize
 _Tensor = torch.Tensor
 
 

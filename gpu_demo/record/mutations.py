@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from gpu_demo.record import annotate
+from gpu_demo.record import annotate, tensor_reads
 from gpu_demo.record.cuda_device import block_bytes
 from gpu_demo.record.handles import HandleTable
 from gpu_demo.record.host_reads import HostReadWatch
@@ -28,9 +28,7 @@ from gpu_demo.record.op_plans import OpPlan
 from gpu_demo.record.stream_order import StreamOrder
 from simlib.trace import Arg, HostRead, Mutation
 
-# TensorBase's readers, which the watch leaves alone (see ``gpu_demo.record.recorder``).
-_numel = torch._C.TensorBase.numel
-_shape = torch._C.TensorBase.shape.__get__
+_numel, _shape = tensor_reads.numel, tensor_reads.shape   # not the program's reads: no HostRead for them
 
 STORAGE_RESIZE = "untyped_storage().resize_"   # the op name a storage's resize_ is recorded under
 STORAGE_SWAP = "storage_swap"   # a tensor object's storage changed with no op the dispatcher showed

@@ -50,78 +50,26 @@ runs the whole protocol under a recorder, for real or as the CPU dry run.
 from __future__ import annotations
 
 import itertools
-import time
 from contextlib import ExitStack
-from dataclasses import replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
-import torch
-from torch._C import DisableTorchFunction
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from gpu_demo.record import annotate, hooks, patches
-from gpu_demo.record.annotate import marks as _marks
-from gpu_demo.record.call_site import user_site
+from gpu_demo.record import annotate, hooks, patches, raw_launches
 from gpu_demo.record.capture_book import CaptureBook
-from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK, Device, block_bytes, cuda_device
-from gpu_demo.record.dispatch_mode import QuickDispatchMode
+from gpu_demo.record.cuda_device import Device, cuda_device
 from gpu_demo.record.handles import HandleTable
 from gpu_demo.record.journal import Journal
 from gpu_demo.record.ledger import AllocationLedger
 from gpu_demo.record.memory_watch import MemoryWatch, Ranges, install_at_bottom, uninstall
 from gpu_demo.record.mutations import MutationWatch
 from gpu_demo.record.naming import StreamNames
-from gpu_demo.record.op_plans import (
-    ITEM,
-    LAUNCH,
-    MUTATE,
-    PLANS,
-    VIEW,
-    OpPlan,
-    collective_scalars,
-    copy_role,
-    frozen_scalar,
-    made_by,
-    plan_of,
-    scalars_of,
-    tensor_behind,
-    tensors_in,
-    tensors_of,
-    writes_only_empty,
-)
+from gpu_demo.record.ops import OpRecorder
 from gpu_demo.record.stream_order import StreamOrder
-from gpu_demo.record.triton_access import KernelAccess
-from simlib.trace import Alloc, Arg, HostSync, Launch, Record, SkippedLaunch, Trace, View
-
-# The recorder's own metadata reads go to ``TensorBase`` directly: an armed ``HostReadWatch``
-# wraps ``torch.Tensor``'s readers, and the recorder's reads are not the program's.
-_numel = torch._C.TensorBase.numel
-_shape = torch._C.TensorBase.shape.__get__
-_stride = torch._C.TensorBase.stride
-_contiguous = torch._C.TensorBase.is_contiguous
-_itemsize = torch._C.TensorBase.element_size
-_now = time.perf_counter_ns
-
-_OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
-RECORDS_CAP = 1 << 15   # records held before ``records_full`` is called (a whole process feeds its checker)
+from simlib.trace import Trace
 
 
-def extent_bytes(t: torch.Tensor) -> int:
-    """The bytes ``t`` can touch from its data pointer (``Arg.nbytes``): 0 without elements, else
-    ``(1 + sum((size_i - 1) * stride_i)) * itemsize``. Not ``numel * itemsize``: an expanded
-    (stride 0) view has more elements than bytes behind it, a strided one spans more bytes."""
-    if _contiguous(t):
-        return _numel(t) * _itemsize(t)
-    last = 0
-    for size, stride in zip(_shape(t), _stride(t)):
-        if not size:
-            return 0
-        last += (size - 1) * stride
-    return (last + 1) * _itemsize(t)
-
-
-class CaptureRecorder(QuickDispatchMode):
+class CaptureRecorder(OpRecorder):
     """Writes every op issued inside ``with recorder:`` into ``recorder.trace``.
 
     ``device`` is where the current stream comes from (``cuda_device()``);
@@ -205,11 +153,7 @@ class CaptureRecorder(QuickDispatchMode):
             records = [r for r in records if getattr(r, "graph", None) in (None, graph)]
         return Trace(records=self.handles.finished(records, self.streams.final()), meta=dict(self.trace.meta))
 
-    def for_check(self, records: list[Record]) -> list[Record]:
-        """``records`` (some of this recording's) as a check of the recording so far reads them:
-        with late tensor names (copies where one applies), and stream keys as they are (a rule
-        compares streams, never reads their names: ``naming.renamed_text`` renames what it found)."""
-        return self.handles.finished(records, {})
+    on_triton_launch = raw_launches.on_triton_launch
 
     def late_names(self) -> dict[int, str]:
         """The names ``label()`` gave tensors after their first records (tensor id -> name)."""
@@ -247,190 +191,3 @@ class CaptureRecorder(QuickDispatchMode):
                 TorchDispatchMode.__exit__(self, None, None, None)
             journal.watching -= 1
 
-    def on_triton_launch(self, kernel: str, args: Sequence[tuple[str, Any]],
-                         access: KernelAccess | None = None) -> None:
-        """A Triton kernel launched directly (``patches``), not from inside an op the dispatcher showed."""
-        journal, watch = self.journal, self._memory_watch
-        if journal.busy or not (journal.recording or (watch is not None and watch.touched(args))):
-            return  # launched by an op the dispatcher already showed, or on memory no rule follows
-        if access is not None and access.unknown:
-            self.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
-        with journal.quiet():
-            given = [(name, tensor, access.of(name) if access else "rw")
-                     for name, value in args if (tensor := tensor_behind(value)) is not None]
-            frozen = [self._arg(*each) for each in given]
-            if access is not None and access.extents:
-                frozen = _bounded(frozen, given, access.extents, dict(args))
-            scalars = tuple((name, text) for name, value in args if (text := frozen_scalar(value)) is not None)
-            self._launch(f"triton:{kernel}", kernel, tuple(frozen), skips_empty=False, scalars=scalars)
-
-    # -- dispatch ----------------------------------------------------------------
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
-        """Record ``func`` as its ``OpPlan`` says, and run it.
-
-        Torch-function modes are off inside: plain PyTorch runs an op's aten
-        call below them, so neither the aten op the recorder calls nor its own
-        reads of the arguments may reach them (each trip through a mode costs
-        about ten times the read).
-        """
-        kwargs = kwargs or {}
-        plan = PLANS.get(id(func)) or plan_of(func)
-        journal = self.journal
-        if not (journal.eager or journal.graph is not None or journal.watching):
-            return plan.call(*args, **kwargs)
-        journal.busy += 1   # the recorder's own tensor reads are not the program's (``Journal.quiet``)
-        try:
-            with DisableTorchFunction():
-                if plan.action is LAUNCH:   # most ops: straight there
-                    return self._op(plan, args, kwargs)
-                return self._dispatch(plan, args, kwargs)
-        finally:
-            journal.busy -= 1
-
-    def _dispatch(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
-        action = plan.action
-        if action is MUTATE:
-            return self._mutation(plan, args, kwargs)
-        if action is VIEW:
-            return self._views(plan, args, kwargs)
-        if action is ITEM:
-            self.journal.emit(HostSync, op="item", label=self.handles.label(args[0]), stream=self.order.stream())
-            return plan.call(*args, **kwargs)
-        out = plan.call(*args, **kwargs)
-        if self.ledger.pending.pointers:
-            self.ledger.claim(made_by(out, tensors_of(plan, args, kwargs)))
-        return out
-
-    def _op(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
-        """An op that launches a kernel: its arguments frozen before it runs, its results after."""
-        if self.records_full is not None and len(self.trace.records) >= RECORDS_CAP:
-            self.records_full()
-        given = tensors_of(plan, args, kwargs)
-        arg = self._arg
-        frozen = [arg(name, t, access) for name, t, access in given]
-        if plan.collective:   # its results are its buffers; recorded first, since it may never return
-            self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=collective_scalars(plan, args, kwargs))
-            return plan.call(*args, **kwargs)
-        out = plan.call(*args, **kwargs)
-        stream = self.order.stream()
-        made = made_by(out, given)
-        if made:
-            frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
-        if self.ledger.pending.pointers:
-            self.ledger.unclaimed()
-        role = copy_role([t for _, t, a in given if a == "r"], [t for _, t, a in given if a != "r"] + made) \
-            if plan.copies else None
-        self._launch(plan.kernel, plan.opname, tuple(frozen), stream=stream, pdl=plan.pdl,
-                     scalars=scalars_of(plan.names, args, kwargs), role=role,
-                     site=user_site(2))   # from the op's caller: this frame and ``__torch_dispatch__`` are ours
-        if plan.writes:
-            self.watch.changed_inside(plan, given, frozen)
-        return out
-
-    def _launch(self, kernel: str, opname: str, args: tuple[Arg, ...], *, skips_empty: bool = True,
-                stream: str | None = None, pdl: bool = False, scalars: tuple[tuple[str, str], ...] = (),
-                role: str | None = None, site: str | None = None) -> None:
-        """``role``: what the launch is (``H2D``) when not the ``annotate`` mark's role; ``site``:
-        the user's line that issued it, when the caller knows how far up it is (``user_site``)."""
-        stream, marked = stream or self.order.stream(), _marks.role
-        label = f"{marked}/{opname}" if marked else opname
-        role = role or marked
-        journal = self.journal
-        if skips_empty and writes_only_empty(args):
-            journal.emit(SkippedLaunch, kernel=kernel, label=label, role=role, stream=stream, graph=journal.graph,
-                         reason="every output has zero elements", args=args)
-            return
-        launch, frontier = next(self._launch_ids), self.order.frontier
-        deps = frontier.get(stream, ())
-        frontier[stream] = (launch,)
-        journal.trace.records.append(Launch(next(journal.steps), (_now() - journal.t0) / 1000, launch, kernel, label,
-                                            role, stream, args, journal.graph, deps, pdl, scalars,
-                                            user_site() if site is None else site))   # ``Journal.add``, inlined
-
-    def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
-        out = plan.call(*args, **kwargs)
-        handles = self.handles
-        base = handles.handle(args[0])
-        for view in tensors_in(out):
-            if view is args[0]:   # an op that hands back its own input made no new view (not its own base)
-                continue
-            handle = handles.handle(view)
-            handle.label = annotate.label_of(view) or base.label
-            self.journal.add(View, handle.id, handle.label, base.id, view.data_ptr(), _numel(view),
-                             tuple(_shape(view)), self.journal.graph)
-        return out
-
-    def _mutation(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
-        tensor, ledger, journal = args[0], self.ledger, self.journal
-        old = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
-        storage = tensor.untyped_storage()
-        ptr, nbytes, ref = storage.data_ptr(), storage.nbytes(), StorageWeakRef(storage)
-        block = (block_bytes(nbytes, storage.device.type), self.handles.label(tensor))
-        del storage
-        if ledger.held is not None and journal.graph is None:
-            ledger.held.pop(ptr, None)  # the program lets it go; a capture lets nothing go
-        start = len(journal.trace.records)
-        ledger.releasing[ptr] = block
-        try:
-            out = plan.call(*args, **kwargs)
-        finally:
-            ledger.releasing.pop(ptr, None)
-        ledger.claim([tensor])
-        self.watch.mutated_now(plan.opname, tensor, old)
-        # The runtime reports a freed CUDA block itself; elsewhere the dropped last
-        # reference is the only sign that the block is free.
-        if ref.expired() and nbytes and not ledger.freed_since(start, ptr):
-            ledger.free(ptr, *block)
-        return out
-
-    def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
-        """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``, with an
-        ``Alloc`` if the runtime handed the block out and no op claimed it yet (``ledger.Pending``).
-        ``made_on``: ``t`` is a new result of an op issued to that stream (which wrote its block
-        last); else the op was given ``t``, and a pointer or size other than at its last recorded
-        use is a ``storage_swap`` (its storage changed under it, by no op the dispatcher showed)."""
-        handle = self.handles.by_id.get(id(t))   # ``HandleTable.handle``, inlined
-        if handle is None or handle.ref() is not t:
-            handle = self.handles.new(t)
-        ledger = self.ledger
-        storage = t.untyped_storage()
-        block, ptr, nbytes = storage.data_ptr(), t.data_ptr(), storage.nbytes()
-        if ledger.held is not None:
-            ledger.held[block] = storage
-        blocks = ledger.blocks
-        if block and block not in blocks:   # ``block_bytes``, inlined
-            blocks[block] = (-(-nbytes // CACHING_ALLOCATOR_BLOCK) * CACHING_ALLOCATOR_BLOCK if t.is_cuda else nbytes,
-                             handle)
-        if made_on is not None and block:
-            ledger.made_on[block] = made_on
-        pending, pool = ledger.pending, None
-        if pending.pointers and block in pending.pointers:   # handed out since the last op
-            pending.pointers.remove(block)
-            pool = ledger.pool()
-        elif pending.unowned and block in pending.unowned:   # earlier, and no op has used it since
-            pool = pending.unowned.pop(block)
-        if pool is not None:
-            self.journal.add(Alloc, handle.id, handle.label, block, blocks[block][0], made_on or self.order.stream(),
-                             pool)
-            ledger.allocated_from[block] = pool
-        left = nbytes - (ptr - block) if ptr else 0   # an empty view's pointer is 0: nothing behind it
-        numel, shape, seen = _numel(t), tuple(_shape(t)), handle.seen
-        if made_on is not None or seen is None:
-            handle.seen = (ptr, numel, shape)
-        elif seen[0] != ptr or seen[1] != numel:
-            self.watch.swapped(t, seen)   # and ``seen`` is now
-        return Arg(name, handle.id, handle.label, ptr, numel, shape,
-                   numel * _itemsize(t) if _contiguous(t) else extent_bytes(t),   # ``extent_bytes``, inlined
-                   access, left if left > 0 else 0)
-
-
-def _bounded(frozen: list[Arg], given: list[tuple[str, torch.Tensor, str]], extents: dict[str, str],
-             values: dict[str, Any]) -> list[Arg]:
-    """A Triton launch's pointer arguments with the extent their kernel's mask bounds them to
-    (``triton_access``: ``n`` elements for ``mask=offs < n``) instead of the tensor's own size."""
-    out = []
-    for a, (name, t, _) in zip(frozen, given):
-        size = values.get(extents.get(name, ""))
-        out.append(replace(a, nbytes=size * t.element_size()) if type(size) is int and size >= 0 else a)
-    return out

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from gpu_demo.record import patches  # noqa: E402
-from gpu_demo.record.recorder import extent_bytes  # noqa: E402
+from gpu_demo.record.tensor_reads import extent_bytes  # noqa: E402
 from simlib.checker import check  # noqa: E402
 from simlib.trace import Launch, SkippedLaunch, View  # noqa: E402
 

@@ -469,12 +469,12 @@ def test_each_argument_is_read_written_or_both_as_its_schema_says(streams):
 
 def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, monkeypatch):
     import gpu_demo.record.handles
-    import gpu_demo.record.recorder
+    import gpu_demo.record.ops
 
     x = torch.randn(4)
     # Each t at the address of the t before it, as when CPython hands a dead object's slot on.
     real_id = id
-    for module in (gpu_demo.record.recorder, gpu_demo.record.handles):
+    for module in (gpu_demo.record.ops, gpu_demo.record.handles):
         monkeypatch.setattr(module, "id", raising=False, value=lambda obj: 1234 if (
             obj is not x and isinstance(obj, torch.Tensor) and obj.dim() == 1) else real_id(obj))
     with recording(streams) as recorder:
@@ -485,8 +485,6 @@ def test_a_tensor_object_that_takes_a_dead_ones_address_gets_a_new_id(streams, m
     made = [launch.args[-1].tensor for launch in recorder.trace.of(Launch) if launch.kernel == "aten.add.Tensor"]
     read = [launch.args[0].tensor for launch in recorder.trace.of(Launch) if launch.kernel.startswith("aten.sum")]
     assert len(set(made)) == 3 and made == read
-
-
 
 
 def test_a_label_belongs_to_its_tensor_object_and_goes_with_it(monkeypatch):
