@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Sequence
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpu_demo.record import annotate, tensor_reads
 from gpu_demo.record.cuda_device import block_bytes
@@ -54,6 +55,31 @@ class MutationWatch:
     def capture_ended(self) -> None:
         self._mutated = set()
         self.host_reads.disarm()
+
+    def mutation(self, plan: OpPlan, args, kwargs):  # noqa: ANN001 (an op's own arguments)
+        """Run ``set_`` or ``resize_`` (``plan``) and record it: a ``Mutation``, and a ``Free`` of
+        the block it let go where no allocator reports one."""
+        tensor, ledger, journal = args[0], self._ledger, self._journal
+        old = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
+        storage = tensor.untyped_storage()
+        ptr, nbytes, ref = storage.data_ptr(), storage.nbytes(), StorageWeakRef(storage)
+        block = (block_bytes(nbytes, storage.device.type), self._handles.label(tensor))
+        del storage
+        if ledger.held is not None and journal.graph is None:
+            ledger.held.pop(ptr, None)  # the program lets it go; a capture lets nothing go
+        start = len(journal.trace.records)
+        ledger.releasing[ptr] = block
+        try:
+            out = plan.call(*args, **kwargs)
+        finally:
+            ledger.releasing.pop(ptr, None)
+        ledger.claim([tensor])
+        self.mutated_now(plan.opname, tensor, old)
+        # The runtime reports a freed CUDA block itself; elsewhere the dropped last
+        # reference is the only sign that the block is free.
+        if ref.expired() and nbytes and not ledger.freed_since(start, ptr):
+            ledger.free(ptr, *block)
+        return out
 
     def mutated_now(self, op: str, tensor: torch.Tensor, old: Sequence[Any], why: str | None = None) -> None:
         """A ``Mutation`` of ``tensor`` from ``old`` (pointer, elements, shape) to what it is now."""

@@ -1,15 +1,11 @@
-"""What each op freezes: the recorder's dispatch path.
+"""What each op freezes: the recorder's dispatch path (``OpRecorder``, under ``CaptureRecorder``).
 
-``OpRecorder`` is the ``TorchDispatchMode`` half of ``CaptureRecorder``: every
-aten (or custom) op the program issues passes through ``__torch_dispatch__``,
-which freezes each argument as the launch would (``_arg``) and writes the
-launch (``_launch``), a view (``_views``), or a host-side change of metadata
-(``_mutation``); a Triton kernel launched directly comes in through
-``on_triton_launch``. This is the per-op path: what it would call is inlined
-where that was measured to matter, and the bookkeeping is the parts'
-(``CaptureRecorder`` makes them: ``journal``, ``handles``, ``ledger``,
-``order``, ``watch``), as PyTorch's CUDA sanitizer keeps its ``EventHandler``
-apart from its dispatch mode.
+Every op the program issues passes through ``__torch_dispatch__``, which freezes
+each argument as the launch would (``_arg``) and writes the launch, a view or a
+host-side change of metadata. It is the per-op path: what it would call is
+inlined where that was measured to matter; the bookkeeping is the parts'
+(``journal``, ``handles``, ``ledger``, ``order``, ``watch``), as PyTorch's CUDA
+sanitizer keeps its ``EventHandler`` apart from its dispatch mode.
 """
 
 
@@ -20,17 +16,15 @@ from typing import Callable, Iterator
 
 import torch
 from torch._C import DisableTorchFunction
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpu_demo.record import annotate, op_plans, tensor_reads
 from gpu_demo.record.annotate import marks as _marks
 from gpu_demo.record.call_site import user_site
-from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK, block_bytes
+from gpu_demo.record.cuda_device import CACHING_ALLOCATOR_BLOCK
 from gpu_demo.record.dispatch_mode import QuickDispatchMode
 from gpu_demo.record.handles import HandleTable
 from gpu_demo.record.journal import Journal
 from gpu_demo.record.ledger import AllocationLedger
-from gpu_demo.record.memory_watch import MemoryWatch
 from gpu_demo.record.mutations import MutationWatch
 from gpu_demo.record.op_plans import LAUNCH, PLANS, OpPlan, made_by, scalars_of, tensors_of, writes_only_empty
 from gpu_demo.record.stream_order import StreamOrder
@@ -52,10 +46,7 @@ class OpRecorder(QuickDispatchMode):
     order: StreamOrder
     watch: MutationWatch
     records_full: Callable[[], None] | None          # called at an op once ``RECORDS_CAP`` records are held
-    _memory_watch: MemoryWatch | None                # standing aside: the calls it still records
     _launch_ids: Iterator[int]
-
-    # -- dispatch ----------------------------------------------------------------
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
         """Record ``func`` as its ``OpPlan`` says, and run it.
@@ -82,7 +73,7 @@ class OpRecorder(QuickDispatchMode):
     def _dispatch(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         action = plan.action
         if action is op_plans.MUTATE:
-            return self._mutation(plan, args, kwargs)
+            return self.watch.mutation(plan, args, kwargs)
         if action is op_plans.VIEW:
             return self._views(plan, args, kwargs)
         if action is op_plans.ITEM:
@@ -150,29 +141,6 @@ class OpRecorder(QuickDispatchMode):
             handle.label = annotate.label_of(view) or base.label
             self.journal.add(View, handle.id, handle.label, base.id, view.data_ptr(), _numel(view),
                              tuple(_shape(view)), self.journal.graph)
-        return out
-
-    def _mutation(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
-        tensor, ledger, journal = args[0], self.ledger, self.journal
-        old = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
-        storage = tensor.untyped_storage()
-        ptr, nbytes, ref = storage.data_ptr(), storage.nbytes(), StorageWeakRef(storage)
-        block = (block_bytes(nbytes, storage.device.type), self.handles.label(tensor))
-        del storage
-        if ledger.held is not None and journal.graph is None:
-            ledger.held.pop(ptr, None)  # the program lets it go; a capture lets nothing go
-        start = len(journal.trace.records)
-        ledger.releasing[ptr] = block
-        try:
-            out = plan.call(*args, **kwargs)
-        finally:
-            ledger.releasing.pop(ptr, None)
-        ledger.claim([tensor])
-        self.watch.mutated_now(plan.opname, tensor, old)
-        # The runtime reports a freed CUDA block itself; elsewhere the dropped last
-        # reference is the only sign that the block is free.
-        if ref.expired() and nbytes and not ledger.freed_since(start, ptr):
-            ledger.free(ptr, *block)
         return out
 
     def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
