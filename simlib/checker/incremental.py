@@ -5,9 +5,10 @@ returns what they reveal. Each rule says what it needs, and is fed just that:
 
 * the *capture rules* (0 to 4 and 6) need one capture's records: they run once,
   when its ``Capture`` end arrives;
-* the *stream rules* follow state per graph as records come: rule 10 (the
-  blocks a graph uses, frees waiting for its next replay), rule 11 (the graphs'
-  live results, clobbers waiting for a read) and rule 5 (declared inputs);
+* the *stream rules* follow state per graph as records come, each fed only the
+  record types it declares (``READS``): rule 10 (the blocks a graph uses, frees
+  waiting for its next replay), rule 11 (the graphs' live results, clobbers
+  waiting for a read) and rule 5 (declared inputs);
 * with ``whole_program=True`` (a whole program's records, where nobody
   brackets the calls or names the inputs), rules 8 and 9 run at each capture's end on the eager calls since the
   last capture (``calls.with_calls`` infers them from the capture's first
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..trace import Capture, DataPtr, GraphId, Launch, Record, Replay, Trace
+from ..trace import Capture, DataPtr, Free, GraphId, Launch, Record, Replay, Trace
 from .calls import calls_of, with_calls
 from .findings import Finding
 from .index import Graph, Index, index_trace
@@ -60,6 +61,10 @@ class IncrementalChecker:
         self._freed = FreedUnderGraph()
         self._clobber = GraphsClobber()
         self._stale = StaleInputs()
+        self._rules_of: dict[type, tuple] = {}   # record type -> the stream rules that read it (their READS)
+        for rule in (self._freed, self._clobber, self._stale):
+            for kind in rule.READS:
+                self._rules_of[kind] = (*self._rules_of.get(kind, ()), rule.add)
         self._checked: set[GraphId] = set()
         self._since_capture: list[Record] = []              # whole program: since the last capture ended
         self._awaiting: dict[GraphId, _Awaiting] = {}       # graphs not replayed yet
@@ -69,15 +74,16 @@ class IncrementalChecker:
     def feed(self, records: Iterable[Record]) -> list[Finding]:
         """What ``records`` (the next ones, in order) reveal, each finding once."""
         found: list[Finding] = []
-        index, whole = self.index, self.whole_program
-        stream = (self._freed.add, self._clobber.add, self._stale.add)
+        index, whole, rules_of = self.index, self.whole_program, self._rules_of
         for r in records:
             r = index.add(r)
             kind = type(r)
             if whole:
                 self._keep(r, kind)
-            for rule in stream:
-                found += rule(r, index)
+            for rule in rules_of.get(kind, ()):
+                out = rule(r, index)
+                if out:
+                    found += out
             if kind is Capture and r.op == "end":
                 found += self._captured(index.graph(r.graph))
             elif kind is Replay and r.graph in self._awaiting:
@@ -153,7 +159,9 @@ class IncrementalChecker:
         since.append(r)
         if len(since) > self.window:
             del since[:len(since) - self.window // 2]
-        if kind is Launch and r.graph is None and self._awaiting:
+        if kind is Free and self._awaiting and r.nbytes:
+            self._reads.clear(r.ptr, r.ptr + r.nbytes)   # its input is gone: a write there later refreshes nothing
+        elif kind is Launch and r.graph is None and self._awaiting:
             for a in r.args:
                 if a.writes and a.nbytes:
                     for _, readers in self._reads.overlapping(a.ptr, a.ptr + a.nbytes):

@@ -50,6 +50,8 @@ class FreedUnderGraph:
     a block allocated during a capture belongs to a graph pool (whatever its pool is called), so
     freeing it is not this rule's business."""
 
+    READS = (Alloc, Free, Replay, Capture)   # the records ``add`` needs: the checker feeds it no others
+
     def __init__(self) -> None:
         self._lived: dict[GraphId, _Lived] = {}
         self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?

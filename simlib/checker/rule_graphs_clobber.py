@@ -61,6 +61,8 @@ class _Captured:
 class GraphsClobber:
     """Rule 11 over records in order; ``watched`` says which memory an eager read of matters."""
 
+    READS = (Launch, Replay, Capture)   # the records ``add`` needs: the checker feeds it no others
+
     def __init__(self) -> None:
         self._pool: Intervals[None] = Intervals()       # blocks allocated during captures
         self._graphs: dict[GraphId, _Captured] = {}

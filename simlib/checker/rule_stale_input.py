@@ -14,6 +14,8 @@ from .index import Index
 class StaleInputs:
     """Rule 5 over records in order, for the inputs a capture declared (``Capture.inputs``)."""
 
+    READS = (Launch, Capture, Replay)   # the records ``add`` needs: the checker feeds it no others
+
     def __init__(self) -> None:
         self._watched: dict[GraphId, dict[DataPtr, list]] = {}   # ptr -> [extent, refreshed]
         self._stale: dict[tuple[GraphId, DataPtr], list[Replay]] = {}
