@@ -54,6 +54,7 @@ class FreedUnderGraph:
 
     def __init__(self) -> None:
         self._lived: dict[GraphId, _Lived] = {}
+        self._users: Intervals[list[tuple[_Lived, User]]] = Intervals()   # every lived graph's, by range
         self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?
         self._during: list[Free] = []                  # frees in the open capture
         self._reported: set[tuple[GraphId, int, str]] = set()   # (graph, node, argument): once each
@@ -61,7 +62,7 @@ class FreedUnderGraph:
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """The address ranges a free of which a later replay would make a finding."""
-        return [key for lived in self._lived.values() for key, _ in lived.used.items()]
+        return [key for key, _ in self._users.items()]
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""
@@ -87,12 +88,13 @@ class FreedUnderGraph:
             return []                    # graph-pool memory
         if self._capturing:
             self._during.append(free)
-        for lived in self._lived.values():
-            if free.pool == lived.pool:
-                continue
-            users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
-            if users and self._new(lived, users[0][1]):
-                lived.waiting.append(_Waiting(free, users[0][1], during=False))
+        seen: set[GraphId] = set()
+        for _, users in self._users.overlapping(free.ptr, free.ptr + max(free.nbytes, 1)):
+            for lived, user in users:
+                gid = lived.graph.id
+                if gid not in seen and free.pool != lived.pool and self._new(lived, user):
+                    lived.waiting.append(_Waiting(free, user, during=False))
+                seen.add(gid)
         return []
 
     def _replayed(self, replay: Replay) -> list[Finding]:
@@ -128,6 +130,12 @@ class FreedUnderGraph:
         lived = _Lived(g, capture_pool(g), Intervals(((a.ptr, a.ptr + a.nbytes), (node, a))
                                                       for node in g.nodes for a in node.args if a.nbytes))
         self._lived[g.id] = lived
+        for (lo, hi), user in lived.used.items():
+            users = self._users.get(lo, hi)
+            if users is None:
+                self._users.put(lo, hi, [(lived, user)])
+            else:
+                users.append((lived, user))
         for free in during:
             users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
             if users and free.pool != lived.pool and self._new(lived, users[0][1]):
