@@ -151,8 +151,10 @@ class CaptureChecker:
         """At a replay of ``graph``: what the records since the last check reveal."""
         records = self.recorder.trace.records
         replay = records[-1] if records else None
-        what = f"replay #{replay.index if type(replay) is Replay else '?'} of graph {graph}"
-        self._report(graph, self._feed(), what, "", None)
+        found = self._feed()
+        if found:
+            self._report(graph, found, f"replay #{replay.index if type(replay) is Replay else '?'} of graph {graph}",
+                         "", None)
         self.serving = self.serving or self.whole_process
         if self.serving:
             self.checker.forget_eager()

@@ -98,8 +98,8 @@ class GraphsClobber:
                 if not a.nbytes:
                     continue
                 lo, hi = a.ptr, a.ptr + a.nbytes
-                if a.reads and not written.overlapping(lo, hi):
-                    captured.reads.append((node, a))          # reads what the graph did not write first
+                if a.reads and not written.overlapping(lo, hi) and self._pool.overlapping(lo, hi):
+                    captured.reads.append((node, a))          # reads graph memory it did not write first
                 if a.writes and self._pool.overlapping(lo, hi):
                     written.put(lo, hi, (node, a))
                     blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes
@@ -111,8 +111,9 @@ class GraphsClobber:
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
         captured, found = self._graphs[r.graph], []
-        for node, a in captured.reads:
-            found += self._read(node, a, r.graph, index)
+        if self._clobbered:
+            for node, a in captured.reads:
+                found += self._read(node, a, r.graph, index)
         for node, a, blind, live in captured.writes:
             lo, hi = a.ptr, a.ptr + a.nbytes
             for key, c in self._clobbered.overlapping(lo, hi):

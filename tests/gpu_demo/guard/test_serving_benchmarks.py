@@ -302,5 +302,6 @@ def test_the_serving_benchmark_serves_every_mode_block_by_block_on_a_gpu(tmp_pat
 def test_the_generate_benchmark_times_both_modes_on_a_gpu(tmp_path):
     pytest.importorskip("transformers")
     result = benchmark(tmp_path, "generate_overhead.py", "--repeats", "1", "--generates", "1")
-    assert result["ratio"] > 0 and result["runs"][0]["checked"]["records_kept"] > 0
+    # The start-up replayed its graphs, so the check serves: generate's eager work is not kept.
+    assert result["ratio"] > 0 and result["runs"][0]["checked"]["records_kept"] == 0
     assert result["modes"]["plain"]["new_tokens"] == result["modes"]["checked"]["new_tokens"] != []
