@@ -27,6 +27,11 @@ from gpu_demo.record import tensor_reads
 
 _data_ptr, _numel, _itemsize = tensor_reads.data_ptr, tensor_reads.numel, tensor_reads.itemsize
 _Tensor = torch.Tensor
+_GETTER = type(_Tensor.shape.__get__)   # what a property read (``x.shape``, ``x.dtype``) reaches the mode as
+# Calls that read a tensor's metadata, never its memory: they pass at once (models make many).
+_METADATA = frozenset(getattr(_Tensor, name) for name in (
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "element_size", "data_ptr",
+    "is_contiguous", "is_floating_point", "is_complex", "get_device", "__len__"))
 
 
 class Ranges:
@@ -60,6 +65,8 @@ class MemoryWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
         kwargs = kwargs or {}
+        if type(func) is _GETTER or func in _METADATA:
+            return func(*args, **kwargs)
         if self.ranges and (self._touched(args) or (kwargs and self._touched(kwargs.values()))):
             return self._record(func, args, kwargs)
         return func(*args, **kwargs)
