@@ -25,15 +25,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from . import scenarios
 from .checker import ERROR, check, format_report
 from .export import write_chrome_trace
 from .glossary import CAPTURE_ERROR_PREFIX, words
-from .headline import write_headline
-from .scenarios import ScenarioResult
-from .spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
+from .programs import scenarios
+from .programs.scenarios import ScenarioResult
+from .programs.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
+from .programs.verdict import verdict, verdict_of
 from .trace import Capture, Trace
-from .verdict import verdict, verdict_of
+from .tutorial.headline import write_headline
 
 SCENARIOS = ("moe",)
 _DEFAULTS = MoEConfig()

@@ -514,7 +514,7 @@ def _check_message(answer: object) -> tuple[bool, str]:
     import contextlib
     import io
 
-    from simlib import lab as simlab
+    from simlib.tutorial import lab as simlab
 
     out = io.StringIO()
     try:
@@ -538,7 +538,7 @@ def _answer(p, text: str) -> None:
 def test_lab_self_check_explains_a_wrong_answer_and_confirms_a_right_one(lab, page):
     from playwright.sync_api import expect
 
-    from simlib import lab as simlab
+    from simlib.tutorial import lab as simlab
 
     right = simlab.expected(1)
     wrong = {**right, "shared_first": "correct"}     # the answer the tutorial used to teach

@@ -218,7 +218,7 @@ def test_launch_records_carry_the_graph_and_eager_ones_do_not(rt):
 def test_executor_lanes_open_reuse_and_never_lose_a_dependency():
     from types import SimpleNamespace
 
-    from simlib.runtime.replay import _Lanes
+    from simlib.engine.runtime.replay import _Lanes
 
     lanes = _Lanes()
     node = lambda i, *deps: SimpleNamespace(id=i, deps=deps)  # noqa: E731

@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from simlib import IllegalAddress, Runtime, raw, scenarios
+from simlib import IllegalAddress, Runtime, raw
 from simlib.checker import ERROR, WARNING, Finding, check, format_report
-from simlib.spec import MATRIX, MoEConfig
+from simlib.programs import scenarios
+from simlib.programs.spec import MATRIX, MoEConfig
 from simlib.trace import Arg, Capture, Launch, Mutation, Replay, Trace
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from simlib.checker import IncrementalChecker
-from simlib.gallery import CASES
-from simlib.scenarios import run as run_scenario
-from simlib.spec import MATRIX
+from simlib.programs.gallery import CASES
+from simlib.programs.scenarios import run as run_scenario
+from simlib.programs.spec import MATRIX
 from simlib.trace import Trace
 
 

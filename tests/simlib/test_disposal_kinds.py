@@ -9,9 +9,9 @@ import pytest
 
 from simlib import IllegalAddress, Runtime, ShapeMismatch, Sym, raw
 from simlib.checker import check
-from simlib.errors import StorageNotAllocated
+from simlib.engine.errors import StorageNotAllocated
+from simlib.engine.values import Garbage
 from simlib.trace import Free, Mutation
-from simlib.values import Garbage
 
 
 # ------------------------------------------------------------- the storage freed, shape kept

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simlib.eager_program import RECORD_COMMAND, EagerOp, HostCosts, eager_forward_us, load, run_eager
-from simlib.spec import MoEConfig
-from simlib.timing import Profile
+from simlib.engine.timing import Profile
+from simlib.programs.eager_program import RECORD_COMMAND, EagerOp, HostCosts, eager_forward_us, load, run_eager
+from simlib.programs.spec import MoEConfig
 from simlib.trace import DeviceSpan, Launch
 
 PROFILE = Profile()   # launch latency 4 us, eager stream gap 1 us

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from simlib import explorer
 from simlib.glossary import UNORDERED_MEANS
-from simlib.png import small_png
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 from simlib.trace import Capture, Mutation
+from simlib.tutorial import explorer
+from simlib.tutorial.png import small_png
 
 INCIDENT = MoEConfig(order="routed_first", shared_mode="static_buffer", dispose="always")
 
@@ -29,7 +29,7 @@ def dispose_step(result):
 
 # ---------------------------------------------------------------- without widgets
 def test_importing_the_explorer_pulls_in_neither_widgets_nor_matplotlib():
-    code = ("import sys, simlib.explorer; "
+    code = ("import sys, simlib.tutorial.explorer; "
             "bad = [m for m in ('ipywidgets', 'IPython', 'matplotlib') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -103,7 +103,7 @@ def test_outcome_table_is_the_simulators_three_by_two():
 
 # ---------------------------------------------------------------- pictures
 def test_picture_shows_a_png_and_says_its_takeaway_as_text():
-    plots = pytest.importorskip("simlib.plots")
+    plots = pytest.importorskip("simlib.tutorial.plots")
     from PIL import Image
 
     fig = plots.captured_graph(explorer.scenario(INCIDENT))

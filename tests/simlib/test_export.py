@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from simlib import scenarios
 from simlib.export import GPU_PID, HOST_PID, to_chrome_trace, write_chrome_trace
-from simlib.spec import MoEConfig
+from simlib.programs import scenarios
+from simlib.programs.spec import MoEConfig
 from simlib.trace import DeviceSpan, Launch, Mutation, Replay, Trace
 
 EPS = 1e-6

@@ -7,7 +7,7 @@ import pytest
 from capture_errors import raises_first
 
 from simlib import StreamCaptureUnsupported
-from simlib.errors import first_error
+from simlib.engine.errors import first_error
 from simlib.memory import graph_pool
 from simlib.trace import Call, Capture, Free, Launch
 
@@ -112,7 +112,7 @@ def test_any_other_error_ends_the_capture_and_goes_on(rt):
 def test_a_trace_with_calls_exports_and_round_trips_with_its_findings():
     from simlib.checker import check
     from simlib.export import to_chrome_trace
-    from simlib.gallery import CASES
+    from simlib.programs.gallery import CASES
     from simlib.trace import Trace
 
     run = CASES["host_scalar_frozen"].run()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from simlib.gallery.case import refreshed
-from simlib.harness import Program, Session
+from simlib.programs.gallery.case import refreshed
+from simlib.programs.harness import Program, Session
 
 H = 64
 

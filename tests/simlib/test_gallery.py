@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simlib.gallery import CASES, READ_AT_ONCE, READ_LATER, case, shared_pool_what_if
 from simlib.glossary import CORRECT, SILENT_WRONG, term
+from simlib.programs.gallery import CASES, READ_AT_ONCE, READ_LATER, case, shared_pool_what_if
 
 CORPUS_NAMES = {  # the names of the PyTorch twins in gpu_demo/corpus, as the brief lists them
     "host_scalar_frozen", "fix_host_scalar_in_tensor", "input_rebuilt_each_call", "fix_input_copied_to_static",
@@ -73,7 +73,7 @@ def test_a_case_refuses_an_order_it_does_not_have():
 
 def test_each_case_draws_its_graph_and_pointer_table():
     pytest.importorskip("matplotlib")
-    from simlib.plots.gallery import case_pictures
+    from simlib.tutorial.plots.gallery import case_pictures
 
     for c in CASES.values():
         run = c.run()

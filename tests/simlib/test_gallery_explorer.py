@@ -4,8 +4,8 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from simlib.gallery import READ_AT_ONCE, READ_LATER, shared_pool_what_if  # noqa: E402
-from simlib.gallery_explorer import pool_what_if  # noqa: E402
+from simlib.programs.gallery import READ_AT_ONCE, READ_LATER, shared_pool_what_if  # noqa: E402
+from simlib.tutorial.gallery_explorer import pool_what_if  # noqa: E402
 
 
 def test_the_replay_order_and_the_fix_change_what_it_says_and_shows():

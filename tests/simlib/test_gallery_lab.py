@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from ipython_shown import tracebacks_shown
 
-from simlib import gallery_lab
-from simlib.gallery import CASES
-from simlib.lab import WrongAnswer
+from simlib.programs.gallery import CASES
+from simlib.tutorial import gallery_lab
+from simlib.tutorial.lab import WrongAnswer
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07-gallery.ipynb"
 
@@ -90,7 +90,7 @@ def test_the_notebook_asks_every_exercise_unanswered_and_checks_it():
 
 
 def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
-    (stb,) = tracebacks_shown("from simlib import gallery_lab\n"
+    (stb,) = tracebacks_shown("from simlib.tutorial import gallery_lab\n"
                               "gallery_lab.check(2, {'read_later': 'correct', 'read_at_once': 'correct'})")
     assert stb[0].startswith("Exercise 2 (Two graphs in one pool: read later, or at once?): not yet.")
     assert not any("Traceback" in line or "File " in line for line in stb)

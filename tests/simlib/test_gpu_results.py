@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from simlib.gpu_results import NOT_RUN, describe_twin, load_corpus_results
+from simlib.tutorial.gpu_results import NOT_RUN, describe_twin, load_corpus_results
 
 
 def corpus_file(path, programs, provenance=None):

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from simlib.engine.tensor import raw
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, term
-from simlib.harness import Program, Session, run_program
-from simlib.tensor import raw
+from simlib.programs.harness import Program, Session, run_program
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -9,8 +9,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlib.headline import write_headline  # noqa: E402
-from simlib.spec import ORDERS, SHARED_MODES, MoEConfig  # noqa: E402
+from simlib.programs.spec import ORDERS, SHARED_MODES, MoEConfig  # noqa: E402
+from simlib.tutorial.headline import write_headline  # noqa: E402
 
 DESIGN_TABLE = {  # the README's table, as measured on an H200
     ("plain", "shared_first"): "correct",

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from ipython_shown import tracebacks_shown
 
-from simlib import lab
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
+from simlib.tutorial import lab
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -96,7 +96,7 @@ def test_calling_shared_first_correct_is_coached_towards_the_race_without_naming
 
 
 def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
-    shown = tracebacks_shown("from simlib import lab\nlab.check(2, '0x0')",
+    shown = tracebacks_shown("from simlib.tutorial import lab\nlab.check(2, '0x0')",
                              "lab.check(1, {'shared_first': 'correct', 'routed_first': 'silent_wrong'})",
                              "lab.check(12, 0)")
     assert len(shown) == 3
@@ -193,7 +193,7 @@ def test_the_trap_answer_matches_the_h200_and_the_silent_value_comes_from_the_wa
 
 
 def test_neither_order_is_safe_and_the_h200_agrees_with_each_verdict():
-    from simlib.verdict import agrees, possible_outcomes
+    from simlib.programs.verdict import agrees, possible_outcomes
 
     answer = lab.expected(1)
     assert answer == {"shared_first": "unordered", "routed_first": "silent_wrong"}
@@ -224,7 +224,7 @@ def test_the_report_answer_names_the_set_of_x_and_the_stale_input_rule():
 def test_the_lab_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
     import subprocess
     import sys
-    code = ("import sys, simlib.lab; "
+    code = ("import sys, simlib.tutorial.lab; "
             "bad = [m for m in ('torch', 'matplotlib', 'gpu_demo') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -7,9 +7,9 @@ from deadline import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simlib.latency import CROSS_STREAM, PDL, PLACEMENTS, compare, format_table, replay_latency, replay_timing
-from simlib.spec import MoEConfig
-from simlib.timing import Profile
+from simlib.engine.timing import Profile
+from simlib.programs.latency import CROSS_STREAM, PDL, PLACEMENTS, compare, format_table, replay_latency, replay_timing
+from simlib.programs.spec import MoEConfig
 from simlib.trace import DeviceSpan, Launch, Trace
 
 # Captures correctly in both issue orders, so only timing is compared.
@@ -71,7 +71,7 @@ def test_the_cross_stream_gap_costs_alt_and_leaves_main_alone():
 
 
 def _replay_spans(config: MoEConfig, profile: Profile) -> list[tuple[str, str, float, float]]:
-    from simlib.scenarios import run
+    from simlib.programs.scenarios import run
 
     result = run(config, profile)
     labels = {n.id: n.label for n in result.graph.nodes}
@@ -123,7 +123,7 @@ def test_step_time_is_the_sum_of_the_layer_times(config, layers):
 
 
 def test_step_time_is_first_replay_start_to_last_end():
-    from simlib.scenarios import run
+    from simlib.programs.scenarios import run
 
     result = run(MAIN_PDL)
     spans = [s for s in result.trace.of(DeviceSpan) if s.phase == "replay" and s.replay == 0]
@@ -166,7 +166,7 @@ def test_compare_rows_are_relative_to_the_first_and_the_table_shows_them():
 
 @pytest.mark.parametrize("routed_stream", ["main", "alt"])
 def test_pdl_changes_timing_only_never_what_the_replay_computes(routed_stream):
-    from simlib.scenarios import run
+    from simlib.programs.scenarios import run
 
     result = run(SAFE.with_(routed_stream=routed_stream, pdl=True, layers=2))
     assert result.outcome == "correct"

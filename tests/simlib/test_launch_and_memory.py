@@ -3,7 +3,7 @@
 import pytest
 
 from simlib import ShapeMismatch, Sym, raw
-from simlib.memory import GRANULARITY
+from simlib.engine.allocator import GRANULARITY
 from simlib.trace import Alloc, DeviceSpan, Free, Launch, Mutation, SkippedLaunch
 
 

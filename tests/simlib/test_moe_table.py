@@ -2,8 +2,8 @@
 
 import pytest
 
-from simlib import scenarios
-from simlib.spec import MATRIX, MoEConfig
+from simlib.programs import scenarios
+from simlib.programs.spec import MATRIX, MoEConfig
 
 MEASURED = {  # (order, shared_mode) -> outcome class seen on the H200
     ("shared_first", "plain"): "correct",

@@ -13,11 +13,14 @@ from matplotlib.colors import to_hex
 
 matplotlib.use("Agg")
 
-from simlib import Runtime, glossary, latency, plots, profiles, scenarios  # noqa: E402
+from simlib import Runtime, glossary  # noqa: E402
+from simlib.engine import profiles  # noqa: E402
+from simlib.engine.timing import Profile  # noqa: E402
 from simlib.memory import short_ptr  # noqa: E402
-from simlib.spec import MATRIX, MoEConfig  # noqa: E402
-from simlib.timing import Profile  # noqa: E402
+from simlib.programs import latency, scenarios  # noqa: E402
+from simlib.programs.spec import MATRIX, MoEConfig  # noqa: E402
 from simlib.trace import Alloc, Arg, Capture, DeviceSpan, Free, Launch, Mutation, SkippedLaunch, Trace  # noqa: E402
+from simlib.tutorial import plots  # noqa: E402
 
 ROUTED_FIRST = MoEConfig(order="routed_first", shared_mode="static_buffer")
 SHARED_FIRST = ROUTED_FIRST.with_(order="shared_first")
@@ -463,6 +466,6 @@ def test_figures_redraw_into_a_given_figure(routed, shared):
 
 
 def test_importing_simlib_does_not_import_matplotlib():
-    code = ("import sys, simlib, simlib.latency, simlib.headline, simlib.scenarios; "
+    code = ("import sys, simlib, simlib.programs.latency, simlib.tutorial.headline, simlib.programs.scenarios; "
             "sys.exit('matplotlib' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

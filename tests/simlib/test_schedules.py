@@ -2,11 +2,12 @@
 
 import pytest
 
-from simlib import Runtime, scenarios
+from simlib import Runtime
+from simlib.engine.profiles import H200
+from simlib.engine.schedules import Schedule, explore, races
 from simlib.glossary import CORRECT, SILENT_WRONG
-from simlib.profiles import H200
-from simlib.schedules import Schedule, explore, races
-from simlib.spec import MoEConfig
+from simlib.programs import scenarios
+from simlib.programs.spec import MoEConfig
 from simlib.trace import DeviceSpan
 
 
@@ -135,7 +136,7 @@ def test_races_are_read_from_plain_trace_records():
 
 def test_a_witness_draws_on_the_timeline():
     pytest.importorskip("matplotlib")
-    from simlib import plots
+    from simlib.tutorial import plots
 
     wrong = explore(reuse_race).witness(SILENT_WRONG)
     fig = plots.timeline(wrong.trace)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from simlib.spec import MATRIX, MoEConfig
+from simlib.programs.spec import MATRIX, MoEConfig
 
 
 @pytest.mark.parametrize("change, message", [

@@ -1,9 +1,9 @@
 """Symbolic values and the time model."""
 
 from simlib import Profile, Runtime, Sym, call
-from simlib.timing import place
+from simlib.engine.timing import place
+from simlib.engine.values import Const, render
 from simlib.trace import DeviceSpan
-from simlib.values import Const, render
 
 
 def test_expressions_compare_by_structure_and_keep_plus_zero_visible():
@@ -51,7 +51,7 @@ def test_graph_replay_costs_one_launch_on_the_host_not_one_per_node():
 
 def test_replays_are_deterministic():
     def trace():
-        from simlib import scenarios
+        from simlib.programs import scenarios
         return scenarios.run().trace.to_json()
     assert trace() == trace()
 
@@ -66,13 +66,13 @@ def test_profile_rejects_negative_times_and_unknown_fields():
 
 
 def test_device_spans_record_eager_and_replay_phases():
-    from simlib import scenarios
+    from simlib.programs import scenarios
     phases = {r.phase for r in scenarios.run().trace.records if isinstance(r, DeviceSpan)}
     assert phases == {"eager", "replay"}
 
 
 def test_expressions_evaluate_to_numbers_for_an_error_size():
-    from simlib.values import evaluate, relative_error
+    from simlib.engine.values import evaluate, relative_error
     want = Sym("x2") + call("routed", Sym("x2")) + call("shared", Sym("x2"))
     got = Sym("x2") + call("routed", Sym("x2")) + call("shared", Sym("x1"))
     assert relative_error(want, want) == 0.0
