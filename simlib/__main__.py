@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from .checker import ERROR, check, format_report
+from .checker.verdict import verdict
 from .export import write_chrome_trace
 from .glossary import CAPTURE_ERROR_PREFIX, words
 from .programs import scenarios
 from .programs.scenarios import ScenarioResult
 from .programs.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
-from .programs.verdict import verdict, verdict_of
 from .trace import Capture, Trace
 from .tutorial.headline import write_headline
 
@@ -196,7 +196,7 @@ def _load(args: argparse.Namespace) -> tuple[Trace, str, ScenarioResult | None]:
     result = scenarios.run(config)
     failed = result.outcome.startswith(CAPTURE_ERROR_PREFIX)
     said = words(result.outcome) + (", so there is no graph" if failed else "")
-    judged = verdict_of(result)
+    judged = result.verdict()
     if judged != result.outcome:   # replays came out one way, but the graph leaves a race
         said = f"{words(judged)} (its replays: {said}, but the graph leaves a race; see below)"
     return result.trace, f"scenario moe {config.name}, simulated outcome: {said}", result

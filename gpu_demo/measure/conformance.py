@@ -20,7 +20,7 @@ it, and its PyTorch twin, the corpus program of the same name, ran on the H200
 (``results/corpus-h200.json``). A twin with no H200 result yet is listed as *not
 run*, never counted as agreeing.
 
-Schedules are explored over at most ``simlib.programs.verdict.EXPLORED_REPLAYS`` replays: a schedule
+Schedules are explored over at most ``simlib.programs.predictions.EXPLORED_REPLAYS`` replays: a schedule
 repeats on every replay, and from the second replay on memory holds what the
 previous one left, so later replays add nothing new.
 """
@@ -34,11 +34,12 @@ from pathlib import Path
 from gpu_demo.measure.provenance import RESULTS_DIR
 from gpu_demo.moe.harness import count_wrong
 from simlib.checker import check
+from simlib.checker.verdict import verdict
 from simlib.engine import schedules
 from simlib.glossary import CORRECT, SILENT_WRONG, UNORDERED
 from simlib.programs.gallery import CASES
+from simlib.programs.predictions import agrees, possible_outcomes
 from simlib.programs.spec import MoEConfig
-from simlib.programs.verdict import agrees, possible_outcomes, verdict
 from simlib.tutorial.gpu_results import CORPUS_RESULTS, NOT_RUN, load_corpus_results, load_gpu_results
 
 RESULTS = RESULTS_DIR / "matrix-h200.json"
@@ -48,7 +49,7 @@ RESULTS = RESULTS_DIR / "matrix-h200.json"
 class Prediction:
     outcomes: frozenset[str]   # every outcome some schedule of the replays produced
     simulated: str             # the replay as the profile times it
-    outcome: str               # the verdict (simlib.programs.verdict): ``unordered`` where the checker finds a race
+    outcome: str               # the verdict (simlib.checker.verdict): ``unordered`` where the checker finds a race
     rules: tuple[str, ...]     # checker findings, as "rule N (code)"
     schedules: str             # which schedule gives which outcome (exploration.describe())
 

@@ -7,8 +7,12 @@ per batch size, say). A ``Program`` has
 ``forward()``   the code under capture: reads the static inputs, returns the output
 ``feed(k)``     the host code before call ``k`` (every call and every replay, eagerly):
                 copies the ``k``-th fresh input into the static buffers, updates
-                host state (a step counter, a list of positions)
+                host state (a step counter, a list of positions); it may return the
+                fresh input's name, which the replay of that call reports (``Replayed.input``)
 ``inputs``      the static input buffers (for the checker's stale-input rule)
+``stream``      the stream the program runs on and is captured on
+                (``torch.cuda.graph(stream=...)``); ``None``: the capture's side stream
+``capture_error_mode``  ``torch.cuda.graph``'s, for this program's capture
 
 The harness builds the program twice, in two runtimes: one warms up,
 captures and replays, as a CUDA-graph program does; the other runs every call
@@ -34,24 +38,29 @@ answer.
     run_program(build).outcome      # 'silent_wrong': replays compute mul(x5, scale@3), eager mul(x5, scale@5)
 
 ``Session`` is the same, step by step, for several graphs and any order of
-replays and reads (``simlib.programs.gallery`` uses it for graphs sharing a pool).
+replays and reads (``simlib.programs.gallery`` uses it for graphs sharing a pool,
+``simlib.programs.scenarios`` for the MoE decode step). Given a ``runtime``
+(one with a ``Schedule``, say), the session captures and replays on it:
+``simlib.engine.schedules.explore`` replays a program so under other schedules.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from ..checker import Finding, check
+from ..checker.verdict import verdict
 from ..engine.errors import IllegalAddress, SimulatedError, first_error
-from ..engine.graph import CapturedGraph
+from ..engine.graph import GLOBAL, CapturedGraph
 from ..engine.runtime import Runtime
+from ..engine.stream import Stream
 from ..engine.tensor import TensorHandle
 from ..engine.timing import Profile
 from ..engine.values import Expr
 from ..glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, capture_error, host_error, warmup_error
 from ..trace import Trace
-from .verdict import verdict
 
 __all__ = ["Program", "Replayed", "ProgramResult", "Session", "run_program"]
 
@@ -67,10 +76,12 @@ class Program:
     """One graph's code: ``forward`` is captured, ``feed(k)`` runs eagerly before every call."""
 
     forward: Callable[[], TensorHandle]
-    feed: Callable[[int], None] = _no_feed
+    feed: Callable[[int], str | None] = _no_feed
     inputs: Sequence[TensorHandle] = ()
     # What the code does with the output once captured (``rt.weak_ref``, as vLLM keeps it); None: keep it.
     after_capture: Callable[[TensorHandle], TensorHandle] | None = None
+    stream: Stream | None = None
+    capture_error_mode: str = GLOBAL
 
 
 Build = Callable[[Runtime], "Program | Mapping[str, Program]"]
@@ -78,12 +89,16 @@ Build = Callable[[Runtime], "Program | Mapping[str, Program]"]
 
 @dataclass
 class Replayed:
-    """One replay of graph ``graph`` standing for call ``call``: what it computed, what eager computed."""
+    """One replay of graph ``graph`` standing for call ``call``: what it computed, what eager computed.
+
+    ``input`` names the fresh input that call was fed, where the program's ``feed`` says it.
+    """
 
     graph: str
     call: int
     got: Expr
     want: Expr
+    input: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -138,8 +153,9 @@ class Session:
     word; later steps are ignored, and ``result()`` says what happened.
     """
 
-    def __init__(self, build: Build, profile: Profile | None = None) -> None:
-        self.graphed, self.eager = Runtime(profile), Runtime(profile)
+    def __init__(self, build: Build, profile: Profile | None = None, *, runtime: Runtime | None = None) -> None:
+        self.graphed = runtime or Runtime(profile)
+        self.eager = Runtime(self.graphed.profile)
         self._programs = {rt: _programs(build(rt)) for rt in (self.graphed, self.eager)}
         self.calls = 0
         self.graphs: dict[str, CapturedGraph] = {}
@@ -205,29 +221,34 @@ class Session:
         raise _Stopped
 
     def _both(self, name: str, wrap: Callable[[Runtime, Program], TensorHandle],
-              failed: Callable[[BaseException], str], *, eager: bool = True) -> list[TensorHandle]:
+              failed: Callable[[BaseException], str], *, eager: bool = True) -> tuple[list[TensorHandle], str | None]:
         """Feed call ``k`` in both runtimes; run it in the capturing one (``wrap``) and, with
-        ``eager``, in the eager one."""
+        ``eager``, in the eager one, each on the program's stream. Returns the outputs and the
+        name of the fresh input the capturing runtime was fed."""
         self.calls += 1
         k = self.calls
-        out = []
+        out: list[TensorHandle] = []
+        fed = None
         for rt in (self.graphed, self.eager):
             program = self._programs[rt][name]
-            try:
-                program.feed(k)
-            except IllegalAddress as exc:       # sticky: a replay faulted, and every later call fails
-                self._stop(ILLEGAL_ADDRESS, exc)
-            except Exception as exc:            # the user's host code
-                self._stop(host_error(_code(exc)), exc)
-            if rt is self.eager and not eager:
-                continue
-            try:
-                out.append(wrap(rt, program) if rt is self.graphed else program.forward())
-            except IllegalAddress as exc:
-                self._stop(ILLEGAL_ADDRESS if self.graphs else warmup_error(exc.code), exc)
-            except Exception as exc:
-                self._stop(failed(exc) if rt is self.graphed else host_error(_code(exc)), exc)
-        return out
+            with _on(rt, program.stream):
+                try:
+                    named = program.feed(k)
+                except IllegalAddress as exc:       # sticky: a replay faulted, and every later call fails
+                    self._stop(ILLEGAL_ADDRESS, exc)
+                except Exception as exc:            # the user's host code
+                    self._stop(host_error(_code(exc)), exc)
+                if rt is self.graphed:
+                    fed = named
+                if rt is self.eager and not eager:
+                    continue
+                try:
+                    out.append(wrap(rt, program) if rt is self.graphed else program.forward())
+                except IllegalAddress as exc:
+                    self._stop(ILLEGAL_ADDRESS if self.graphs else warmup_error(exc.code), exc)
+                except Exception as exc:
+                    self._stop(failed(exc) if rt is self.graphed else host_error(_code(exc)), exc)
+        return out, fed
 
     def _warm_up_once(self, name: str) -> None:
         def warm(rt: Runtime, program: Program) -> TensorHandle:
@@ -244,14 +265,15 @@ class Session:
 
         def capture(rt: Runtime, program: Program) -> TensorHandle:
             with rt.call("capture"):
-                with rt.graph(label=name, inputs=program.inputs, pool=pool) as g:
+                with rt.graph(program.stream, label=name, inputs=program.inputs, pool=pool,
+                              capture_error_mode=program.capture_error_mode) as g:
                     out = program.forward()
             self.graphs[name] = g
             return program.after_capture(out) if program.after_capture else out
         # The capture's call runs nothing on the device, so the eager runtime only feeds it: the
         # device state a replay starts from is what the warm-ups left, in both.
         self._outputs[name] = self._both(name, capture, lambda exc: capture_error(_code(first_error(exc))),
-                                         eager=False)[0]
+                                         eager=False)[0][0]
 
     def _replay_once(self, name: str, copy_out: bool) -> Callable[[], Replayed | None]:
         if name not in self.graphs:
@@ -264,21 +286,28 @@ class Session:
             if copy_out:
                 copied.append(rt.clone(out, label=f"{out.label}.copy"))
             return out
-        _, eager_out = self._both(name, replay, lambda exc: host_error(_code(exc)))
+        (_, eager_out), fed = self._both(name, replay, lambda exc: host_error(_code(exc)))
         k, want = self.calls, self.eager.read(eager_out)
         source = copied[0] if copied else out
+        stream = self._programs[self.graphed][name].stream
 
         def read() -> Replayed:
             try:
-                got = self.graphed.read(self.graphed.clone(source, label=f"read {source.label}"))
+                with _on(self.graphed, stream):
+                    got = self.graphed.read(self.graphed.clone(source, label=f"read {source.label}"))
             except IllegalAddress as exc:
                 self._stop(ILLEGAL_ADDRESS, exc)
-            done = Replayed(name, k, got, want)
+            done = Replayed(name, k, got, want, fed)
             self._result.replays.append(done)
             if not done.ok:
                 self._result.outcome = SILENT_WRONG
             return done
         return read
+
+
+def _on(rt: Runtime, stream: Stream | None) -> AbstractContextManager[object]:
+    """``with torch.cuda.stream(stream)``, or nothing where the program names none."""
+    return rt.stream(stream) if stream is not None else nullcontext()
 
 
 def _programs(built: "Program | Mapping[str, Program]") -> dict[str, Program]:

@@ -3,7 +3,8 @@
 ``run(MoEConfig(...))`` does what ``gpu_demo``'s harness does on a real GPU:
 set up static buffers, warm up eagerly, capture one decode step, replay it
 ``config.replays`` times with new inputs, and compare every replay with an
-eager run of the same program on the input the caller meant. The outcome
+eager run of the same program on the input the caller meant. It is a program
+of ``simlib.programs.harness`` (``build``), run by its ``Session``; the outcome
 is a word of ``simlib.glossary``.
 
 The program mirrors SGLang: the dual-stream path is taken only while
@@ -16,19 +17,18 @@ routed experts, on one stream, which is always correct.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
-from ..engine.errors import IllegalAddress, SimulatedError, first_error
-from ..engine.graph import CapturedGraph
 from ..engine.runtime import Runtime
-from ..engine.stream import Stream
+from ..engine.stream import Event, Stream
 from ..engine.tensor import TensorHandle, raw
 from ..engine.timing import Profile
 from ..engine.values import Call, Expr
-from ..glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, capture_error
-from ..trace import Trace
+from .harness import Build, Program, ProgramResult, Session
 from .spec import MoEConfig
+
+WARMUPS = 1     # eager calls before the capture
 
 
 def stage(block: str, k: int, n: int) -> Callable[..., Expr]:
@@ -186,36 +186,6 @@ class MoELayer:
             self.rt.release(t)
 
 
-@dataclass
-class Replayed:
-    """One replay: the input the caller meant, what came out, what eager gives."""
-
-    input: str
-    got: Expr
-    want: Expr
-
-    @property
-    def ok(self) -> bool:
-        return self.got == self.want
-
-
-@dataclass
-class ScenarioResult:
-    config: MoEConfig
-    outcome: str
-    runtime: Runtime
-    graph: CapturedGraph | None = None
-    replays: list[Replayed] = field(default_factory=list)
-    error: SimulatedError | None = None
-
-    @property
-    def trace(self) -> Trace:
-        return self.runtime.trace
-
-    def __repr__(self) -> str:
-        return f"<ScenarioResult {self.config.name}: {self.outcome}>"
-
-
 class MoEModel:
     """``cfg.layers`` MoE layers sharing two streams, like one decode step."""
 
@@ -231,15 +201,53 @@ class MoEModel:
         return h
 
 
-def eager_reference(cfg: MoEConfig, value: str, profile: Profile | None = None) -> Expr:
-    """The oracle: the same program, run eagerly on input ``value``."""
-    rt = Runtime(profile)
-    main = rt.Stream("main")
-    with rt.stream(main):
+@dataclass(kw_only=True)
+class ScenarioResult(ProgramResult):
+    """What the harness showed for one configuration of the MoE step: a ``ProgramResult`` and its ``config``."""
+
+    config: MoEConfig
+
+    def __repr__(self) -> str:
+        return f"<ScenarioResult {self.config.name}: {self.outcome}>"
+
+
+def build(cfg: MoEConfig, *, dual_stream: bool = True) -> Build:
+    """The decode step as a harness program: one graph, ``decode_step``, captured on ``main``.
+
+    The warm-up and the capture run on ``x1``, the input loaded with the model; each replay's
+    call is fed the next fresh input (``x2``, ``x3``, ...; ``x1`` again for ``same_as_eager``),
+    copied into the static input buffer. A ``stale`` caller forgets the copy and hands the new
+    input straight to the model, which only an eager call reads.
+    """
+    def program(rt: Runtime) -> Mapping[str, Program]:
+        main = rt.Stream("main")
         model = MoEModel(rt, cfg, main)
-        h = rt.from_host((cfg.tokens, cfg.hidden), "hidden_in", value=value)
-        out = model.forward(h, capturing=False)
-    return rt.read(out)
+        with rt.stream(main):
+            h = rt.from_host((cfg.tokens, cfg.hidden), "hidden_in", value="x1")
+        given = [h]                     # the tensor the caller hands the model this call
+        outside: list[Event] = []       # an event the warm-up recorded, for the uncaptured_wait fault
+
+        def feed(k: int) -> str | None:
+            if k <= WARMUPS + 1:
+                return None
+            value = "x1" if cfg.inputs == "same_as_eager" else f"x{k - WARMUPS}"
+            new = rt.from_host(h.shape, f"input_{value}", value=value)
+            if cfg.inputs == "stale":
+                given[0] = new
+            else:
+                h.copy_(new)
+            return value
+
+        def forward() -> TensorHandle:
+            capturing = rt.is_current_stream_capturing()
+            if capturing and outside:
+                main.wait_event(outside[0])
+            out = model.forward(given[0], capturing, dual_stream)
+            if not capturing and cfg.capture_fault == "uncaptured_wait":
+                outside[:] = [main.record_event()]
+            return out
+        return {"decode_step": Program(forward, feed, [h], stream=main, capture_error_mode=cfg.capture_mode)}
+    return program
 
 
 def run(cfg: MoEConfig | None = None, profile: Profile | None = None, *,
@@ -254,40 +262,9 @@ def run(cfg: MoEConfig | None = None, profile: Profile | None = None, *,
 
 def play(rt: Runtime, cfg: MoEConfig, *, dual_stream: bool = True) -> ScenarioResult:
     """``run`` on a runtime the caller made (with a schedule, say)."""
-    profile = rt.profile
-    result = ScenarioResult(cfg, CORRECT, rt)
-    main = rt.Stream("main")
-    references: dict[str, Expr] = {}
-    with rt.stream(main):
-        model = MoEModel(rt, cfg, main)
-        h = rt.from_host((cfg.tokens, cfg.hidden), "hidden_in", value="x1")
-        model.forward(h, capturing=False)                               # warm-up
-        if cfg.capture_fault == "uncaptured_wait":
-            outside = main.record_event()
-        try:
-            with rt.graph(main, label="decode_step", inputs=[h],
-                          capture_error_mode=cfg.capture_mode) as g:
-                if cfg.capture_fault == "uncaptured_wait":
-                    main.wait_event(outside)
-                out = model.forward(h, capturing=True, dual_stream=dual_stream)
-        except SimulatedError as exc:     # named by its first error, as on a GPU; exc is what the user sees
-            result.outcome, result.error = capture_error(first_error(exc).code), exc
-            return result
-        result.graph = g
-        for k in range(1, cfg.replays + 1):
-            value = "x1" if cfg.inputs == "same_as_eager" else f"x{k + 1}"
-            new = rt.from_host(h.shape, f"input_{value}", value=value)
-            if cfg.inputs != "stale":
-                h.copy_(new)
-            try:
-                g.replay()
-                got = rt.read(out)
-            except IllegalAddress as exc:
-                result.outcome, result.error = ILLEGAL_ADDRESS, exc
-                return result
-            if value not in references:
-                references[value] = eager_reference(cfg, value, profile)
-            result.replays.append(Replayed(value, got, references[value]))
-    if not all(r.ok for r in result.replays):
-        result.outcome = SILENT_WRONG
-    return result
+    session = Session(build(cfg, dual_stream=dual_stream), runtime=rt)
+    session.warm_up(calls=WARMUPS)
+    session.capture()
+    for _ in range(cfg.replays):
+        session.replay()
+    return ScenarioResult(**vars(session.result()), config=cfg)

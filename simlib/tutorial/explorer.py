@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from .. import checker
+from ..checker.verdict import verdict
 from ..engine.values import relative_error, render
 from ..glossary import UNORDERED, UNORDERED_MEANS, badge, words
 from ..memory import short_ptr
 from ..programs.latency import replay_timing
+from ..programs.predictions import agrees, possible_outcomes
 from ..programs.scenarios import ScenarioResult, run
 from ..programs.spec import DISPOSE_POLICIES, ORDERS, SHARED_MODES, MoEConfig
-from ..programs.verdict import agrees, possible_outcomes, verdict
 from ..trace import (
     Alloc,
     Capture,
@@ -82,7 +83,7 @@ def findings(config: MoEConfig) -> tuple[checker.Finding, ...]:
 
 
 def judged(config: MoEConfig) -> str:
-    """``config``'s verdict (``simlib.programs.verdict``): its replays' outcome, or ``unordered``."""
+    """``config``'s verdict (``simlib.checker.verdict``): its replays' outcome, or ``unordered``."""
     return verdict(scenario(config).outcome, findings(config))
 
 
@@ -209,7 +210,7 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
     Provenance lines first (where the numbers come from), then each cell's
     outcome with the mean relative error of its replays against eager runs on
     fresh inputs, then whether the simulator agrees: the GPU's outcome must be
-    one that some simulated schedule produces (``simlib.programs.verdict.possible_outcomes``).
+    one that some simulated schedule produces (``simlib.programs.predictions.possible_outcomes``).
     """
     path = Path(path)
     gpu = load_gpu_results(path)

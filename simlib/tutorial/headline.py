@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..checker import check
+from ..checker.verdict import races, verdict
 from ..engine.values import render
 from ..glossary import term, words
 from ..programs.scenarios import ScenarioResult, run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
-from ..programs.verdict import races, verdict
 from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
 from .png import small_png
 

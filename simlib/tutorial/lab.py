@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..checker import check as check_trace
+from ..checker.verdict import races, verdict
 from ..engine.timing import Profile
 from ..engine.values import Call, Sym, terms
 from ..glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED, UNORDERED_MEANS
 from ..programs.latency import replay_latency
 from ..programs.scenarios import run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
-from ..programs.verdict import races, verdict
 from ..trace import Mutation
 from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
 

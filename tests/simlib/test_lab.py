@@ -193,7 +193,7 @@ def test_the_trap_answer_matches_the_h200_and_the_silent_value_comes_from_the_wa
 
 
 def test_neither_order_is_safe_and_the_h200_agrees_with_each_verdict():
-    from simlib.programs.verdict import agrees, possible_outcomes
+    from simlib.programs.predictions import agrees, possible_outcomes
 
     answer = lab.expected(1)
     assert answer == {"shared_first": "unordered", "routed_first": "silent_wrong"}

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from matplotlib.figure import Figure
 
 from ...checker import check
+from ...checker.verdict import races
 from ...glossary import UNORDERED, term
 from ...programs.scenarios import ScenarioResult
-from ...programs.verdict import races
 from ...trace import Capture, EventOp, Launch, SkippedLaunch, Trace
 from .kit import (
     LINE_EMS,

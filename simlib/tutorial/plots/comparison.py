@@ -7,10 +7,10 @@ import textwrap
 from matplotlib.figure import Figure
 
 from ...checker import check
+from ...checker.verdict import races, verdict
 from ...engine.values import render
 from ...glossary import CAPTURE_ERROR_PREFIX, ILLEGAL_ADDRESS, UNORDERED, UNORDERED_MEANS, badge, term
 from ...programs.scenarios import ScenarioResult
-from ...programs.verdict import races, verdict
 from .captured_graph import STREAMS_IN, draw_graph, graph_keys, graph_layout, graph_panel
 from .kit import (
     MONO,
@@ -59,7 +59,7 @@ def side_by_side(result_a: ScenarioResult, result_b: ScenarioResult, *,
                  fig: Figure | None = None) -> Figure:
     """Two configurations' captured graphs under badges with each one's verdict.
 
-    The badge is ``simlib.programs.verdict``'s: what the replays did, or ``unordered``
+    The badge is ``simlib.checker.verdict``'s: what the replays did, or ``unordered``
     where they came out right but the checker finds a race.
     """
     results = (result_a, result_b)

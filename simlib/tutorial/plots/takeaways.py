@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...checker import Finding, check
+from ...checker.verdict import races, verdict
 from ...engine.profiles import PROFILES
 from ...glossary import UNORDERED, badge, words
 from ...programs.latency import CROSS_STREAM, PDL, replay_timing
 from ...programs.scenarios import ScenarioResult
-from ...programs.verdict import races, verdict
 from ...trace import Capture, DeviceSpan, Launch, Mutation, Record, SkippedLaunch, Trace
 from .reading import Blocks, arg_problem, late_starts, replay_spans, reused_block
 

@@ -9,25 +9,16 @@ way) while the checker finds only races (rule 3 ``cross_stream_race`` or rule
 two accesses to the same memory that nothing orders). Anything else keeps the replays' outcome.
 
 The README's scenario table (``gpu_demo.measure.conformance``), the headline, the
-pictures' badges, the explorer and the lab all call ``verdict`` here, so they
-cannot disagree about shared-first.
+pictures' badges, the explorer, the lab and the harness all call ``verdict`` here,
+so they cannot disagree about shared-first.
 """
 
 from __future__ import annotations
 
-from typing import Collection, Iterable
+from typing import Iterable
 
-from ..checker import WARNING, Finding, check
-from ..engine import schedules
-from ..engine.profiles import H200
-from ..engine.schedules import Exploration
-from ..engine.timing import Profile
 from ..glossary import CORRECT, SILENT_WRONG, UNORDERED
-from . import scenarios
-from .scenarios import ScenarioResult
-from .spec import MoEConfig
-
-EXPLORED_REPLAYS = 3
+from .findings import WARNING, Finding
 
 
 def races(findings: Iterable[Finding]) -> list[Finding]:
@@ -46,27 +37,3 @@ def verdict(outcome: str, findings: Iterable[Finding]) -> str:
     if outcome in (CORRECT, SILENT_WRONG) and findings and races(findings) == findings:
         return UNORDERED
     return outcome
-
-
-def verdict_of(result: ScenarioResult) -> str:
-    """The verdict of one simulated run: its outcome, checked against its own trace."""
-    return verdict(result.outcome, check(result.trace))
-
-
-def possible_outcomes(config: MoEConfig, profile: Profile | None = H200) -> Exploration:
-    """Every outcome the simulated schedules of ``config`` can produce (``simlib.engine.schedules``).
-
-    Replays are explored over at most ``EXPLORED_REPLAYS``: a schedule repeats
-    on every replay, so more replays add time, not outcomes.
-    """
-    explored = config.with_(replays=min(config.replays, EXPLORED_REPLAYS))
-    return schedules.explore(lambda rt: scenarios.play(rt, explored).outcome, profile)
-
-
-def agrees(possible: Collection[str], observed: str) -> bool:
-    """A GPU's observed outcome agrees when some simulated schedule produces it.
-
-    ``unordered`` is a verdict, not a set of outcomes: it agrees with nothing by
-    itself; the schedules say which outcomes the race can give.
-    """
-    return observed in possible
