@@ -21,6 +21,7 @@ PACKAGES = ("simlib", "gpu_demo")
 # Floors, lowest first: a module may import its own floor and those below, never above.
 FLOORS = [
     ("simlib",),
+    ("gpu_demo.results",),                  # the recorded GPU results: json and pathlib, no torch
     ("gpu_demo.protocol",),
     ("gpu_demo.record",),
     ("gpu_demo.guard", "gpu_demo.autocheck"),

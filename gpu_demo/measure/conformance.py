@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_demo.measure.provenance import RESULTS_DIR
+from gpu_demo import results
 from gpu_demo.moe.harness import count_wrong
 from simlib.checker import check
 from simlib.checker.verdict import verdict
@@ -40,9 +40,9 @@ from simlib.glossary import CORRECT, SILENT_WRONG, UNORDERED
 from simlib.programs.gallery import CASES
 from simlib.programs.predictions import agrees, possible_outcomes
 from simlib.programs.spec import MoEConfig
-from simlib.tutorial.gpu_results import CORPUS_RESULTS, NOT_RUN, load_corpus_results, load_gpu_results
+from simlib.tutorial.gpu_results import NOT_RUN, load_corpus_results, load_gpu_results
 
-RESULTS = RESULTS_DIR / "matrix-h200.json"
+RESULTS = results.path("matrix-h200")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class GalleryRow:
         return self.gpu or (NOT_RUN if not self.ran else "no result (the child died)")
 
 
-def gallery_rows(path: Path = CORPUS_RESULTS) -> list[GalleryRow]:
+def gallery_rows(path: Path = results.path("corpus-h200")) -> list[GalleryRow]:
     """One row per gallery program (each case's hazard, then its fix), with its twin's H200 truth."""
     corpus = load_corpus_results(Path(path))   # None: no corpus run yet; a bad file raises a one-line ValueError
     out = []

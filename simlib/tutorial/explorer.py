@@ -58,7 +58,7 @@ from ..trace import (
     Trace,
     View,
 )
-from .gpu_results import GPU_RESULTS, load_gpu_results
+from .gpu_results import load_gpu_results
 from .png import png, small_png
 
 if TYPE_CHECKING:
@@ -204,8 +204,8 @@ def _table(rows: Sequence[Sequence[str]], right: Iterable[int] = ()) -> str:
 
 
 # ================================================================ tables for the notebooks
-def gpu_table(path: Path = GPU_RESULTS) -> str:
-    """The measured 3x2 table (shared mode x issue order) from a recorded GPU run.
+def gpu_table(path: Path) -> str:
+    """The measured 3x2 table (shared mode x issue order) from a recorded GPU run (its matrix file).
 
     Provenance lines first (where the numbers come from), then each cell's
     outcome with the mean relative error of its replays against eager runs on
@@ -221,7 +221,7 @@ def gpu_table(path: Path = GPU_RESULTS) -> str:
     lines = [f"{key:<13} {prov[key]}" for key in
              ("gpu", "driver", "cuda_runtime", "torch", "triton", "date_utc", "command")
              if prov.get(key)]
-    lines.append(f"{'file':<13} gpu_demo/results/{path.name}")
+    lines.append(f"{'file':<13} {'/'.join(path.parts[-3:])}")   # gpu_demo/results/matrix-h200.json
     rows = [("shared expert consumes x", *(_ORDER_WORDS[o] for o in ORDERS))]
     agree, differ, races = 0, [], []
     for mode in SHARED_MODES:

@@ -1,11 +1,12 @@
 """What a real GPU recorded: ``gpu_demo``'s results files, read as plain files.
 
-On a CUDA machine ``python -m gpu_demo run --matrix`` writes
-``gpu_demo/results/matrix-h200.json`` (read by the headline, the explorer's GPU
-table, the lab and ``gpu_demo.conformance``), and ``python -m gpu_demo corpus``
-writes ``corpus-h200.json`` (read by the incident gallery: each case's PyTorch
-twin is a corpus program of the same name). simlib reads them here, so it needs
-neither torch nor gpu_demo to compare the simulator with a GPU.
+On a CUDA machine ``python -m gpu_demo run --matrix`` writes ``matrix-h200.json``
+(read by the headline, the explorer's GPU table, the lab and
+``gpu_demo.measure.conformance``), and ``python -m gpu_demo corpus`` writes
+``corpus-h200.json`` (read by the incident gallery: each case's PyTorch twin is
+a corpus program of the same name). The caller says where a file is (a notebook
+passes ``gpu_demo.results.path("matrix-h200")``): simlib knows no folder of
+gpu_demo's, and needs neither torch nor gpu_demo to compare the simulator with a GPU.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..programs.spec import MoEConfig
-
-GPU_RESULTS = Path(__file__).resolve().parents[2] / "gpu_demo" / "results" / "matrix-h200.json"
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,6 @@ def _describe_provenance(prov: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- the corpus
-CORPUS_RESULTS = GPU_RESULTS.parent / "corpus-h200.json"
 NOT_RUN = "not yet run on the H200"
 
 
@@ -125,7 +123,7 @@ class CorpusResults:
         return twin.summary() if twin else f"{name}: {NOT_RUN} (not in {self.path.name} of {self.provenance})"
 
 
-def load_corpus_results(path: Path = CORPUS_RESULTS) -> CorpusResults | None:
+def load_corpus_results(path: Path) -> CorpusResults | None:
     """The corpus results, or ``None`` if the file does not exist yet.
 
     A file that exists but cannot be read raises a one-line ``ValueError`` that says how to
@@ -143,7 +141,7 @@ def load_corpus_results(path: Path = CORPUS_RESULTS) -> CorpusResults | None:
     return CorpusResults(programs, recorded, path)
 
 
-def describe_twin(name: str, path: Path = CORPUS_RESULTS) -> str:
+def describe_twin(name: str, path: Path) -> str:
     """What the H200 recorded for corpus program ``name``, or that it has not run there yet."""
     results = load_corpus_results(path)
     return results.describe(name) if results else f"{name}: {NOT_RUN} (no {path.name} yet)"

@@ -4,7 +4,8 @@
 first, routed experts first; the shared expert writing into a static buffer,
 the silent failure of the README's measured table), saves their side-by-side picture,
 and tabulates the simulator's outcome for every cell of the README's measured
-H200 table next to a real GPU's, when ``gpu_demo`` has recorded one. The returned
+H200 table next to a real GPU's, when the caller names ``gpu_demo``'s recorded
+matrix (``python -m simlib headline --gpu-results FILE``). The returned
 text holds no wall-clock time and no address, so it is the same on every run.
 """
 
@@ -22,7 +23,7 @@ from ..engine.values import render
 from ..glossary import term, words
 from ..programs.scenarios import ScenarioResult, run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
-from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
+from .gpu_results import GpuResults, load_gpu_results
 from .png import small_png
 
 HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order varies
@@ -98,8 +99,11 @@ def _expressions(judged: Judged) -> list[str]:
     return lines
 
 
-def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
-    """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary."""
+def write_headline(out_dir: Path, *, gpu_results: Path | None = None) -> str:
+    """Save ``headline.png``, ``headline.md`` and ``headline.json`` under ``out_dir``; return the summary.
+
+    ``gpu_results`` is the GPU's matrix file (``matrix-h200.json``) for the table's GPU column.
+    """
     from . import plots  # here, not at the top: importing simlib must not import matplotlib
 
     out_dir = Path(out_dir)
@@ -108,11 +112,12 @@ def write_headline(out_dir: Path, *, gpu_results: Path = GPU_RESULTS) -> str:
     (out_dir / "headline.png").write_bytes(small_png(plots.side_by_side(*(j.result for j in judged)),
                                                      dpi=110))
 
-    gpu = load_gpu_results(gpu_results)
+    gpu = load_gpu_results(gpu_results) if gpu_results is not None else None
     rows = design_rows(gpu)
     table = _markdown_table(rows, gpu)
+    missing = f"no {gpu_results.name}" if gpu_results is not None else "none given"
     gpu_note = (f"GPU column: {gpu.path.name} ({gpu.provenance})." if gpu else
-                f"No GPU results are recorded yet (no {gpu_results.name}); "
+                f"No GPU results are recorded yet ({missing}); "
                 "`python -m gpu_demo run --matrix` on a CUDA machine records them.")
     lead = ("The same dual-stream MoE decode step, captured as a CUDA graph with the shared "
             "expert issued first and with the routed experts issued first. Only the host's "

@@ -1,6 +1,8 @@
 """Self-checks for the classroom exercises of ``notebooks/06-lab.ipynb``.
 
-    from simlib.tutorial import lab
+    from gpu_demo import results
+    from simlib.tutorial.lab import H200, workbook
+    lab = workbook(H200.read(results.path("matrix-h200"), results.path("bench-h200")))
     answer_2 = 0                   # the learner's prediction
     lab.check(2, answer_2)
 
@@ -20,23 +22,23 @@ lists, spelled as listed (``"shared first"`` is not ``"shared_first"``), and
 a number must be a Python ``int`` (``"0x0"`` is a string). A near miss is
 told what to write instead.
 
-The coaching is a ``Workbook``'s: ``LAB`` holds these exercises, and
+The coaching is a ``Workbook``'s: ``workbook(h200)`` holds these exercises, and
 ``simlib.tutorial.gallery_lab`` holds the gallery's (notebook 07) in one of its own.
 
 The reference answers are not a table: ``expected(number)`` runs the
 simulator (or its checker) and reads the answer off the result, so the lab
 follows ``simlib``. Only the explanations are text. Where a real H200 measured
-the same thing, ``gpu_demo/results/`` is read as a plain file (simlib imports
-neither torch nor gpu_demo).
+the same thing, they quote it (``H200``: the results files the notebook names;
+simlib imports neither torch nor gpu_demo).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..checker import check as check_trace
 from ..checker.verdict import races, verdict
@@ -47,9 +49,8 @@ from ..programs.latency import replay_latency
 from ..programs.scenarios import run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
 from ..trace import Mutation
-from .gpu_results import GPU_RESULTS, GpuResults, load_gpu_results
+from .gpu_results import GpuResults, load_gpu_results
 
-RESULTS = Path(__file__).resolve().parents[2] / "gpu_demo" / "results"
 # The glossary's outcome codes; a capture error is answered by its family, "capture_error".
 OUTCOME_WORDS = tuple(code.rstrip(":") for code in OUTCOMES)
 FIXES = ("skip_in_capture", "own_buffer", "never", "clone")
@@ -187,21 +188,23 @@ def _family(outcome: str) -> str:
     return "capture_error" if outcome.startswith(CAPTURE_ERROR_PREFIX) else outcome
 
 
-@cache
-def _recorded(name: str) -> dict[str, Any] | None:
-    """A JSON file of gpu_demo/results (real H200 runs), or None if absent."""
-    path = RESULTS / name
-    return json.loads(path.read_text()) if path.is_file() else None
+@dataclass(frozen=True)
+class H200:
+    """What an H200 recorded that the explanations quote beside the simulator's answers:
+    the matrix (``python -m gpu_demo run --matrix``) and the bench (``python -m gpu_demo bench``).
+    ``None``: not recorded; the explanations then say only what the simulator says."""
 
+    matrix: GpuResults | None = None
+    bench: Mapping[str, Any] | None = None
 
-def _h200_case(config: MoEConfig) -> dict[str, Any] | None:
-    gpu = _h200_matrix()
-    return gpu.cases.get(config) if gpu else None
+    @classmethod
+    def read(cls, matrix: Path, bench: Path) -> "H200":
+        """The two results files, where the caller says they are (one that is absent: not recorded)."""
+        return cls(load_gpu_results(matrix), json.loads(bench.read_text()) if bench.is_file() else None)
 
-
-@cache
-def _h200_matrix() -> GpuResults | None:
-    return load_gpu_results(GPU_RESULTS)
+    def case(self, config: MoEConfig) -> dict[str, Any] | None:
+        """The matrix's record of ``config``, or ``None``."""
+        return self.matrix.cases.get(config) if self.matrix else None
 
 
 # --------------------------------------------------------------------------- 1 order
@@ -220,10 +223,10 @@ def _solve_order() -> dict[str, str]:
     return {order: _family(said) for order, (said, _, _) in _order_verdicts().items()}
 
 
-def _right_order(expected: dict[str, str]) -> str:
+def _right_order(expected: dict[str, str], h200: H200) -> str:
     lines = []
     for order, (said, replays, found) in _order_verdicts().items():
-        case = _h200_case(INCIDENT.with_(order=order))
+        case = h200.case(INCIDENT.with_(order=order))
         gpu = f" (the H200's replays: {case['outcome']})" if case else ""
         if said == UNORDERED:
             race = found[0]
@@ -309,10 +312,10 @@ _MODE_HINTS = {
 }
 
 
-def _right_modes(expected: dict[str, str]) -> str:
+def _right_modes(expected: dict[str, str], h200: H200) -> str:
     lines = []
     for mode, outcome in _mode_outcomes().items():
-        line, case = f"  {mode}: {outcome}", _h200_case(INCIDENT.with_(shared_mode=mode))
+        line, case = f"  {mode}: {outcome}", h200.case(INCIDENT.with_(shared_mode=mode))
         if case:
             line += f"; the H200 recorded {case['outcome']}"
             line += f" ({case['message']})" if case["message"] else ""
@@ -365,8 +368,8 @@ def _solve_trap() -> str:
     return _family(run(INCIDENT.with_(inputs="same_as_eager")).outcome)
 
 
-def _right_trap(outcome: str) -> str:
-    case, fresh = _h200_case(INCIDENT.with_(inputs="same_as_eager")), _h200_case(INCIDENT)
+def _right_trap(outcome: str, h200: H200) -> str:
+    case, fresh = h200.case(INCIDENT.with_(inputs="same_as_eager")), h200.case(INCIDENT)
     gpu = (f" The H200 measured the same: errors {case['errors']} with the warm-up's input, "
            f"{[round(e, 2) for e in fresh['errors']]} with fresh inputs.") if case and fresh else ""
     return (f"{outcome}: the trap. The graph is as broken as before, but the stale buffer holds the "
@@ -433,7 +436,7 @@ def _solve_speed() -> str:
     return "same" if abs(delta) < 1e-6 else ("faster" if delta < 0 else "slower")
 
 
-def _right_speed(answer: str) -> str:
+def _right_speed(answer: str, h200: H200) -> str:
     times = ", ".join(f"{o} {t:.1f} us" for o, t in _order_times().items())
     if answer == "same":
         why = ("A replay never reruns host code: each node starts when the nodes it depends on are done, "
@@ -446,7 +449,7 @@ def _right_speed(answer: str) -> str:
                f"{Profile().graph_branch_launch_us:g} us in the default profile). Shared first puts the "
                "long routed branch second, so the critical path starts late. Issue order decides what "
                "is frozen and, a little, when the branches start.")
-    bench = _recorded("bench-h200.json")
+    bench = h200.bench
     gpu = ""
     if bench:
         lat = bench["latency"]
@@ -509,35 +512,36 @@ def _wrong_report(given: dict[str, Any], expected: dict[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------- registry
-EXERCISES: dict[int, Exercise] = {
-    1: Exercise("Is either order safe?", "order",
-                record_answer({o: word_answer(OUTCOME_WORDS, o) for o in ORDERS}),
-                _solve_order, _wrong_order, _right_order),
-    2: Exercise("What did the captured node freeze after set_?", "freeze", _pointer,
-                lambda: _frozen_x()[0], _wrong_freeze, _right_freeze),
-    3: Exercise("Crash, error or silently wrong?", "modes",
-                record_answer({m: word_answer(OUTCOME_WORDS, m) for m in SHARED_MODES}),
-                _solve_modes, _wrong_modes, _right_modes),
-    4: Exercise("What does the silently wrong output hold?", "silent", word_answer(SHARED_INPUTS, "answer_4"),
-                _solve_shared_input, _wrong_shared_input, _right_shared_input),
-    5: Exercise("The stale-buffer trap", "trap", word_answer(OUTCOME_WORDS, "answer_5"),
-                _solve_trap, _wrong_trap, _right_trap),
-    6: Exercise("Which fix costs a copy?", "fixes", word_answer(FIXES, "answer_6"),
-                _solve_fix, _wrong_fix, _right_fix),
-    7: Exercise("Does issue order change replay time?", "timing", word_answer(SPEEDS, "answer_7"),
-                _solve_speed, _wrong_speed, _right_speed),
-    8: Exercise("Reading a checker report", "report",
-                record_answer({"tensor": _text, "step": _integer, "rule": _integer}),
-                _solve_report, _wrong_report, _right_report),
-}
+def exercises(h200: H200) -> dict[int, Exercise]:
+    """The exercises, their explanations quoting ``h200`` where it measured the same thing."""
+    return {
+        1: Exercise("Is either order safe?", "order",
+                    record_answer({o: word_answer(OUTCOME_WORDS, o) for o in ORDERS}),
+                    _solve_order, _wrong_order, partial(_right_order, h200=h200)),
+        2: Exercise("What did the captured node freeze after set_?", "freeze", _pointer,
+                    lambda: _frozen_x()[0], _wrong_freeze, _right_freeze),
+        3: Exercise("Crash, error or silently wrong?", "modes",
+                    record_answer({m: word_answer(OUTCOME_WORDS, m) for m in SHARED_MODES}),
+                    _solve_modes, _wrong_modes, partial(_right_modes, h200=h200)),
+        4: Exercise("What does the silently wrong output hold?", "silent", word_answer(SHARED_INPUTS, "answer_4"),
+                    _solve_shared_input, _wrong_shared_input, _right_shared_input),
+        5: Exercise("The stale-buffer trap", "trap", word_answer(OUTCOME_WORDS, "answer_5"),
+                    _solve_trap, _wrong_trap, partial(_right_trap, h200=h200)),
+        6: Exercise("Which fix costs a copy?", "fixes", word_answer(FIXES, "answer_6"),
+                    _solve_fix, _wrong_fix, _right_fix),
+        7: Exercise("Does issue order change replay time?", "timing", word_answer(SPEEDS, "answer_7"),
+                    _solve_speed, _wrong_speed, partial(_right_speed, h200=h200)),
+        8: Exercise("Reading a checker report", "report",
+                    record_answer({"tensor": _text, "step": _integer, "rule": _integer}),
+                    _solve_report, _wrong_report, _right_report),
+    }
 
 
 @dataclass(frozen=True)
 class Workbook:
     """A notebook's exercises and where each idea is explained, all coached alike by ``check``.
 
-    ``simlib.tutorial.gallery_lab`` is the gallery's workbook; this module's ``check`` and
-    ``expected`` are those of ``LAB``, the exercises of notebook 06.
+    ``workbook(h200)`` here is notebook 06's; ``simlib.tutorial.gallery_lab`` holds the gallery's.
     """
 
     name: str                                   # "the lab", in "the lab has exercises 1 to 8"
@@ -577,17 +581,10 @@ class Workbook:
         print(f"{head}: right. {ex.right(want)}")
 
 
-LAB = Workbook("the lab", EXERCISES, READ)
-
-
-def expected(number: int) -> Any:
-    """The reference answer of exercise ``number``, read off a simulation."""
-    return LAB.expected(number)
-
-
-def check(number: int, answer: Any) -> None:
-    """``LAB.check``: print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if not."""
-    LAB.check(number, answer)
+def workbook(h200: H200) -> Workbook:
+    """Notebook 06's workbook: ``check(number, answer)``, ``expected(number)``; the explanations
+    quote ``h200`` where it measured the same thing."""
+    return Workbook("the lab", exercises(h200), READ)
 
 
 def _sentence(text: str) -> str:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from gpu_demo import results
 from simlib.glossary import UNORDERED_MEANS
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Capture, Mutation
@@ -63,7 +64,7 @@ def test_describe_step_says_what_the_host_did():
 
 
 def test_gpu_table_shows_provenance_the_measured_cells_and_the_simulators_agreement(tmp_path):
-    text = explorer.gpu_table()
+    text = explorer.gpu_table(results.path("matrix-h200"))
     for word in ("NVIDIA H200", "driver", "torch", "date_utc", "command", "matrix-h200.json"):
         assert word in text
     assert "silent_wrong (err 0.67)" in text

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from gpu_demo import results as recorded
 from simlib.tutorial.gpu_results import NOT_RUN, describe_twin, load_corpus_results
 
 
@@ -64,6 +65,6 @@ def test_an_unreadable_results_file_is_one_line_that_says_how_to_remake_it(tmp_p
 
 
 def test_the_committed_corpus_results_load():
-    results = load_corpus_results()
+    results = load_corpus_results(recorded.path("corpus-h200"))
     assert results is not None and results.recorded["gpu"] == "NVIDIA H200"
     assert results.twin("host_sync_item").truth.startswith("capture_error:")
