@@ -17,7 +17,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, WhatIf, shared_pool_what_if
-from .png import png, small_png
+from .pictures import png, small_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -4,7 +4,7 @@
     answer_1 = "scale@5"               # the learner's prediction
     gallery_lab.check(1, answer_1)
 
-The same coaching as notebook 06's lab (``simlib.tutorial.lab.Workbook``): a placeholder
+The same coaching as notebook 06's lab (``simlib.tutorial.workbook.Workbook``): a placeholder
 prints "not answered yet", a wrong answer raises ``WrongAnswer`` with a hint and
 the section to read (no traceback), a right one says why, with the simulator's
 evidence. The reference answers are read off the gallery's simulated runs.
@@ -19,7 +19,7 @@ from ..engine.values import Call, Sym
 from ..glossary import CORRECT, SILENT_WRONG
 from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, shared_pool_what_if
 from ..programs.harness import Replayed
-from .lab import Exercise, Workbook, record_answer, word_answer
+from .workbook import Exercise, Workbook, record_answer, word_answer
 
 SCALES = ("scale@1", "scale@2", "scale@3", "scale@5")
 ASKED_REPLAY = 5                     # exercise 1 asks about the replay that stands for call 5
@@ -138,7 +138,7 @@ EXERCISES: dict[int, Exercise] = {
                 _solve_freed, _wrong_freed, _right_freed),
 }
 
-GALLERY_LAB = Workbook("the gallery", EXERCISES, READ)
+GALLERY_LAB = Workbook("the gallery", EXERCISES, READ, frozenset(SCALES))
 
 
 def expected(number: int) -> Any:

@@ -24,7 +24,7 @@ from ..glossary import term, words
 from ..programs.scenarios import ScenarioResult, run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
 from .gpu_results import GpuResults, load_gpu_results
-from .png import small_png
+from .pictures import small_png
 
 HEADLINE = MoEConfig(shared_mode="static_buffer")   # the silent row; order varies
 

@@ -6,24 +6,9 @@
     answer_2 = 0                   # the learner's prediction
     lab.check(2, answer_2)
 
-``check(number, answer)`` has three outcomes:
-
-* **not answered**: the answer is ``...`` or ``None`` (or a dict still holding
-  one): it prints "not answered yet" and returns, so the committed blank
-  notebook runs cleanly under nbval;
-* **wrong**: it raises ``WrongAnswer`` (an ``AssertionError``) whose message
-  coaches: what kind of answer was expected, a hint, and which notebook
-  section explains it, without giving the answer away. IPython shows that
-  message alone, never a traceback into this module;
-* **right**: it prints why the answer is right, with the simulator's evidence.
-
-Answers are read strictly: a word must be one of the codes the exercise
-lists, spelled as listed (``"shared first"`` is not ``"shared_first"``), and
-a number must be a Python ``int`` (``"0x0"`` is a string). A near miss is
-told what to write instead.
-
-The coaching is a ``Workbook``'s: ``workbook(h200)`` holds these exercises, and
-``simlib.tutorial.gallery_lab`` holds the gallery's (notebook 07) in one of its own.
+``lab.check(number, answer)`` coaches as every ``simlib.tutorial.workbook.Workbook``
+does: a placeholder prints "not answered yet", a wrong answer raises ``WrongAnswer``
+with a hint and the section to read, a right one says why.
 
 The reference answers are not a table: ``expected(number)`` runs the
 simulator (or its checker) and reads the answer off the result, so the lab
@@ -38,7 +23,7 @@ import json
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from ..checker import check as check_trace
 from ..checker.verdict import races, verdict
@@ -50,6 +35,7 @@ from ..programs.scenarios import run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
 from ..trace import Mutation
 from .gpu_results import GpuResults, load_gpu_results
+from .workbook import Exercise, Workbook, pointer_answer, record_answer, text_answer, whole_number, word_answer
 
 # The glossary's outcome codes; a capture error is answered by its family, "capture_error".
 OUTCOME_WORDS = tuple(code.rstrip(":") for code in OUTCOMES)
@@ -57,7 +43,7 @@ FIXES = ("skip_in_capture", "own_buffer", "never", "clone")
 SPEEDS = ("faster", "slower", "same")
 SHARED_INPUTS = ("x1", "x2", "0")
 INCIDENT = MoEConfig()   # routed first, static shared buffer, dispose always, fresh inputs
-_IDENTIFIERS = frozenset((*OUTCOME_WORDS, *FIXES, *SPEEDS, *SHARED_INPUTS, *ORDERS, *SHARED_MODES))
+_NAMES = frozenset((*OUTCOME_WORDS, *FIXES, *SPEEDS, *SHARED_INPUTS, *ORDERS, *SHARED_MODES))
 
 # Where each exercise's idea is explained: notebook and section title.
 READ = {
@@ -73,114 +59,6 @@ READ = {
     "report": "notebook 04-fixes-and-costs, section 'The checker reads the trace, not the results', and "
               "02-graph-capture, section 'Static inputs: the way in is `copy_`'",
 }
-
-
-class Unanswered(Exception):
-    """The answer is still a placeholder (internal: ``check`` turns it into a message)."""
-
-
-class _Coaching(Exception):
-    """An error for a learner: IPython shows its message and no traceback."""
-
-    def _render_traceback_(self) -> list[str]:
-        return str(self).splitlines()
-
-
-class WrongAnswer(_Coaching, AssertionError):
-    """A wrong or malformed answer; the message says what was expected and gives a hint."""
-
-
-class NoSuchExercise(_Coaching, ValueError):
-    """``check`` was given an exercise number the lab does not have."""
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """One exercise: how to read an answer, the simulated reference, and the texts."""
-
-    title: str
-    read: str                                   # key of READ
-    parse: Callable[[Any], Any]                 # learner's answer -> comparable value
-    solve: Callable[[], Any]                    # the reference answer, from the simulator
-    wrong: Callable[[Any, Any], str]            # (given, expected) -> what is wrong
-    right: Callable[[Any], str]                 # expected -> why it is right
-
-
-# --------------------------------------------------------------------------- parsing
-def _blank(value: Any) -> bool:
-    return value is ... or value is None
-
-
-def _require(ok: bool, message: str) -> None:
-    """A ``WrongAnswer`` that survives ``python -O`` (a bare assert would not)."""
-    if not ok:
-        raise WrongAnswer(message)
-
-
-def _choices(choices: tuple[str, ...]) -> str:
-    return ", ".join(repr(c) for c in choices)
-
-
-def word_answer(choices: tuple[str, ...], what: str) -> Callable[[Any], str]:
-    """One of ``choices``, spelled exactly; a capture error may name its error after a colon."""
-    def parse(value: Any) -> str:
-        if _blank(value):
-            raise Unanswered
-        _require(isinstance(value, str),
-                 f"{what} is a word in quotes, one of {_choices(choices)}; got {value!r}.")
-        if (value.startswith(CAPTURE_ERROR_PREFIX) and "capture_error" in choices
-                and value.removeprefix(CAPTURE_ERROR_PREFIX).strip()):
-            return "capture_error"
-        if value in choices:
-            return value
-        near = value.strip().strip("'\"").lower().replace(" ", "_").replace("-", "_")
-        if near in choices:
-            raise WrongAnswer(f"{what}: write it exactly as {near!r} (the code, with underscores "
-                              f"and in lower case); got {value!r}.")
-        raise WrongAnswer(f"{what} must be one of {_choices(choices)}; got {value!r}.")
-    return parse
-
-
-def _pointer(value: Any) -> int:
-    if _blank(value):
-        raise Unanswered
-    if isinstance(value, str):
-        try:
-            as_int = int(value.strip(), 0)
-        except ValueError:
-            as_int = None
-        hint = (f" (without the quotes, {value.strip()} is the Python integer {as_int})"
-                if as_int is not None else "")
-        raise WrongAnswer(f"the answer is a pointer: a Python integer such as 4096 or 0x1000, not "
-                          f"a string; got {value!r}{hint}.")
-    _require(isinstance(value, int) and not isinstance(value, bool),
-             f"the answer is a pointer: a Python integer such as 4096 or 0x1000; got {value!r}.")
-    return value
-
-
-def _text(value: Any) -> str:
-    _require(isinstance(value, str), f"expected a tensor label in quotes, such as 'x'; got {value!r}.")
-    return value
-
-
-def record_answer(parsers: dict[str, Callable[[Any], Any]]) -> Callable[[Any], dict[str, Any]]:
-    """A dict answer with exactly these keys, each parsed by its own parser."""
-    def parse(value: Any) -> dict[str, Any]:
-        if _blank(value):
-            raise Unanswered
-        _require(isinstance(value, dict) and set(value) == set(parsers),
-                 f"the answer is a dict with the keys {', '.join(repr(k) for k in parsers)}; got {value!r}.")
-        missing = [k for k in parsers if _blank(value[k])]
-        if missing:
-            raise Unanswered(f"still to fill in: {', '.join(missing)}")
-        return {k: p(value[k]) for k, p in parsers.items()}
-    return parse
-
-
-def _integer(value: Any) -> int:
-    _require(isinstance(value, int) and not isinstance(value, bool),
-             f"expected a Python integer such as 3 (no quotes); got {value!r}.")
-    return value
 
 
 def _family(outcome: str) -> str:
@@ -518,7 +396,7 @@ def exercises(h200: H200) -> dict[int, Exercise]:
         1: Exercise("Is either order safe?", "order",
                     record_answer({o: word_answer(OUTCOME_WORDS, o) for o in ORDERS}),
                     _solve_order, _wrong_order, partial(_right_order, h200=h200)),
-        2: Exercise("What did the captured node freeze after set_?", "freeze", _pointer,
+        2: Exercise("What did the captured node freeze after set_?", "freeze", pointer_answer,
                     lambda: _frozen_x()[0], _wrong_freeze, _right_freeze),
         3: Exercise("Crash, error or silently wrong?", "modes",
                     record_answer({m: word_answer(OUTCOME_WORDS, m) for m in SHARED_MODES}),
@@ -532,63 +410,12 @@ def exercises(h200: H200) -> dict[int, Exercise]:
         7: Exercise("Does issue order change replay time?", "timing", word_answer(SPEEDS, "answer_7"),
                     _solve_speed, _wrong_speed, partial(_right_speed, h200=h200)),
         8: Exercise("Reading a checker report", "report",
-                    record_answer({"tensor": _text, "step": _integer, "rule": _integer}),
+                    record_answer({"tensor": text_answer, "step": whole_number, "rule": whole_number}),
                     _solve_report, _wrong_report, _right_report),
     }
-
-
-@dataclass(frozen=True)
-class Workbook:
-    """A notebook's exercises and where each idea is explained, all coached alike by ``check``.
-
-    ``workbook(h200)`` here is notebook 06's; ``simlib.tutorial.gallery_lab`` holds the gallery's.
-    """
-
-    name: str                                   # "the lab", in "the lab has exercises 1 to 8"
-    exercises: dict[int, Exercise]
-    read: dict[str, str]
-
-    def expected(self, number: int) -> Any:
-        """The reference answer of exercise ``number``, read off a simulation."""
-        return self._exercise(number).solve()
-
-    def _exercise(self, number: int) -> Exercise:
-        if isinstance(number, bool) or number not in self.exercises:
-            raise NoSuchExercise(f"there is no exercise {number!r}; {self.name} has exercises 1 to "
-                                 f"{len(self.exercises)}")
-        return self.exercises[number]
-
-    def check(self, number: int, answer: Any) -> None:
-        """Print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if it is not.
-
-        An unanswered placeholder (``...``, ``None``) only prints "not answered yet".
-        """
-        ex = self._exercise(number)
-        head = f"Exercise {number} ({ex.title})"
-        try:
-            given = ex.parse(answer)
-        except Unanswered as blank:
-            detail = f" ({blank})" if str(blank) else ""
-            print(f"{head}: not answered yet{detail}. Replace the ... with your prediction and run this cell again.")
-            return
-        except WrongAnswer as bad:
-            raise WrongAnswer(f"{head}: not an answer of the expected kind: {bad}\n"
-                              f"Read: {self.read[ex.read]}.") from None
-        want = self.expected(number)
-        if given != want:
-            raise WrongAnswer(f"{head}: not yet. {_sentence(ex.wrong(given, want))}\n"
-                              f"Read: {self.read[ex.read]}.")
-        print(f"{head}: right. {ex.right(want)}")
 
 
 def workbook(h200: H200) -> Workbook:
     """Notebook 06's workbook: ``check(number, answer)``, ``expected(number)``; the explanations
     quote ``h200`` where it measured the same thing."""
-    return Workbook("the lab", exercises(h200), READ)
-
-
-def _sentence(text: str) -> str:
-    """A hint as a sentence: its first letter capitalised, unless it opens with an answer word or
-    a name, which keeps its spelling (``skip_in_capture``, ``x2``, ``never``)."""
-    first = text.split(" ", 1)[0].rstrip(".,:;")
-    return text if first in _IDENTIFIERS or "_" in first else text[:1].upper() + text[1:]
+    return Workbook("the lab", exercises(h200), READ, _NAMES)

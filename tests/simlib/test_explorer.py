@@ -13,8 +13,8 @@ from gpu_demo import results
 from simlib.glossary import UNORDERED_MEANS
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Capture, Mutation
-from simlib.tutorial import explorer
-from simlib.tutorial.png import small_png
+from simlib.tutorial import describe, explorer, pictures, simulated, tables
+from simlib.tutorial.pictures import small_png
 
 INCIDENT = MoEConfig(order="routed_first", shared_mode="static_buffer", dispose="always")
 
@@ -38,33 +38,33 @@ def test_importing_the_explorer_pulls_in_neither_widgets_nor_matplotlib():
 
 
 def test_scenarios_are_simulated_once_per_configuration():
-    assert explorer.scenario(INCIDENT) is explorer.scenario(INCIDENT.with_())
-    assert explorer.scenario(INCIDENT) is not explorer.scenario(INCIDENT.with_(order="shared_first"))
+    assert simulated.scenario(INCIDENT) is simulated.scenario(INCIDENT.with_())
+    assert simulated.scenario(INCIDENT) is not simulated.scenario(INCIDENT.with_(order="shared_first"))
 
 
 def test_landmarks_put_the_dispose_before_the_shared_expert_only_when_routed_goes_first():
-    routed = explorer.landmarks(explorer.scenario(INCIDENT))
-    shared = explorer.landmarks(explorer.scenario(INCIDENT.with_(order="shared_first")))
+    routed = describe.landmarks(simulated.scenario(INCIDENT))
+    shared = describe.landmarks(simulated.scenario(INCIDENT.with_(order="shared_first")))
     for marks in (routed, shared):
         assert list(marks)[0] == "capture_begin" and list(marks)[-1] == "capture_end"
         assert marks["capture_begin"] < marks["fork"] < marks["join"] < marks["capture_end"]
     assert routed["dispose"] < routed["first_shared"]
     assert shared["first_shared"] < shared["dispose"]
-    assert routed["dispose"] == dispose_step(explorer.scenario(INCIDENT))
+    assert routed["dispose"] == dispose_step(simulated.scenario(INCIDENT))
 
 
 def test_describe_step_says_what_the_host_did():
-    result = explorer.scenario(INCIDENT)
-    marks = explorer.landmarks(result)
-    text = explorer.describe_step(result.trace, marks["dispose"])
+    result = simulated.scenario(INCIDENT)
+    marks = describe.landmarks(result)
+    text = describe.describe_step(result.trace, marks["dispose"])
     assert text.startswith(f"host step {marks['dispose']}: x.set_:") and "-> 0x0 (empty)" in text
-    skipped = explorer.describe_step(result.trace, marks["first_shared"])
+    skipped = describe.describe_step(result.trace, marks["first_shared"])
     assert "skip shared.gate_up on stream alt" in skipped and "x_rows=0x0 (empty)" in skipped
-    assert "waits for stream main's event" in explorer.describe_step(result.trace, marks["fork"])
+    assert "waits for stream main's event" in describe.describe_step(result.trace, marks["fork"])
 
 
 def test_gpu_table_shows_provenance_the_measured_cells_and_the_simulators_agreement(tmp_path):
-    text = explorer.gpu_table(results.path("matrix-h200"))
+    text = tables.gpu_table(results.path("matrix-h200"))
     for word in ("NVIDIA H200", "driver", "torch", "date_utc", "command", "matrix-h200.json"):
         assert word in text
     assert "silent_wrong (err 0.67)" in text
@@ -72,20 +72,20 @@ def test_gpu_table_shows_provenance_the_measured_cells_and_the_simulators_agreem
     assert "its verdict agrees with 6 of 6 measured cells" in text
     # shared first: the H200's replays were correct, the simulator's verdict is unordered
     assert "shared_first/static_buffer/always: unordered (the GPU's replays: correct)" in text
-    assert "No GPU results recorded" in explorer.gpu_table(tmp_path / "missing.json")
+    assert "No GPU results recorded" in tables.gpu_table(tmp_path / "missing.json")
 
 
 def test_fix_table_flags_the_reorder_fix_and_clears_the_robust_ones():
     fixes = {"none": INCIDENT, "reorder": INCIDENT.with_(order="shared_first"),
              "skip": INCIDENT.with_(dispose="skip_in_capture")}
-    lines = explorer.fix_table(fixes).splitlines()
+    lines = tables.fix_table(fixes).splitlines()
     assert lines[1].split() == ["fix", "plain", "static_buffer", "raw_kernel"]
     rows = {line.split()[0]: line for line in lines[3:6]}
     assert "capture fails: shape_mismatch; no graph" in rows["none"]
     assert "silently wrong; err 1,2" in rows["none"] and "illegal address; err 1,2" in rows["none"]
     assert rows["reorder"].count("unordered: a race; warn 4") == 3
     assert rows["skip"].count("correct; clean") == 3
-    costs = explorer.cost_table(fixes).splitlines()
+    costs = tables.cost_table(fixes).splitlines()
     assert all(word in costs[0] for word in ("replay µs", "graph nodes", "pool KiB"))
     incident, reorder, skip = (line.split() for line in costs[2:])
     assert int(incident[-2]) < int(skip[-2])             # the incident lost the shared nodes
@@ -93,7 +93,7 @@ def test_fix_table_flags_the_reorder_fix_and_clears_the_robust_ones():
 
 
 def test_outcome_table_is_the_simulators_three_by_two():
-    lines = explorer.outcome_table(INCIDENT).splitlines()
+    lines = tables.outcome_table(INCIDENT).splitlines()
     assert lines[0].split()[:4] == ["shared", "expert", "consumes", "x"]
     cells = {line.split()[0]: line.split()[1:] for line in lines[2:]}
     assert cells["plain"] == ["unordered", "(err", "0.00)", "capture_error:shape_mismatch"]
@@ -107,8 +107,8 @@ def test_picture_shows_a_png_and_says_its_takeaway_as_text():
     plots = pytest.importorskip("simlib.tutorial.plots")
     from PIL import Image
 
-    fig = plots.captured_graph(explorer.scenario(INCIDENT))
-    picture = explorer.show(fig)
+    fig = plots.captured_graph(simulated.scenario(INCIDENT))
+    picture = pictures.show(fig)
     assert repr(picture).startswith("[picture] x.set_(empty) at host step")
     image = Image.open(io.BytesIO(picture._repr_png_()))
     assert image.mode == "P" and len(image.getcolors()) <= 256
@@ -127,7 +127,7 @@ def ex():
 
 
 def test_slider_spans_the_host_steps_of_the_capture(ex):
-    result = explorer.scenario(INCIDENT)
+    result = simulated.scenario(INCIDENT)
     assert (ex.slider.min, ex.slider.max) == capture_steps(result)
     assert (ex.play.min, ex.play.max) == capture_steps(result)
     assert ex.step == dispose_step(result)
@@ -156,7 +156,7 @@ def test_before_the_dispose_every_launch_froze_a_live_pointer(ex):
 
 def test_changing_the_order_resimulates_and_refits_the_slider(ex):
     ex.controls["order"].value = "shared_first"
-    result = explorer.scenario(INCIDENT.with_(order="shared_first"))
+    result = simulated.scenario(INCIDENT.with_(order="shared_first"))
     assert ex.config.order == "shared_first" and ex.redraws == 2
     assert (ex.slider.min, ex.slider.max) == capture_steps(result)
     assert ex.status[0] == f"shared_first/static_buffer/always: unordered: {UNORDERED_MEANS}"
@@ -196,7 +196,7 @@ def test_a_value_a_control_does_not_take_is_one_clear_line_that_names_the_choice
 
 def test_a_failed_capture_still_has_a_slider_and_says_why(ex):
     ex.set(shared_mode="plain", step=None)
-    result = explorer.scenario(INCIDENT.with_(shared_mode="plain"))
+    result = simulated.scenario(INCIDENT.with_(shared_mode="plain"))
     assert (ex.slider.min, ex.slider.max) == capture_steps(result)
     assert ex.title.startswith("The capture failed (aborted)")
     assert any("shape_mismatch" in line for line in ex.status)
@@ -248,4 +248,4 @@ def test_displaying_it_gives_one_picture_the_widget_or_its_static_copy(ex, monke
     ex.set(step=None)
     ex.snapshot()                              # another view: now it shows the picture
     (picture, _), = shown
-    assert isinstance(picture, explorer.Picture) and picture.fig is ex.figure
+    assert isinstance(picture, pictures.Picture) and picture.fig is ex.figure

@@ -11,7 +11,7 @@ from ipython_shown import tracebacks_shown
 
 from simlib.programs.gallery import CASES
 from simlib.tutorial import gallery_lab
-from simlib.tutorial.lab import WrongAnswer
+from simlib.tutorial.workbook import WrongAnswer
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07-gallery.ipynb"
 

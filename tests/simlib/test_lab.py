@@ -17,6 +17,7 @@ from notebook_lab import LAB, RECORDED
 
 from simlib.programs.spec import MoEConfig
 from simlib.tutorial import lab
+from simlib.tutorial.workbook import WrongAnswer
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -89,7 +90,7 @@ def test_a_wrong_answer_does_not_give_the_right_one_away(number):
 
 
 def test_calling_shared_first_correct_is_coached_towards_the_race_without_naming_it():
-    with pytest.raises(lab.WrongAnswer) as err:
+    with pytest.raises(WrongAnswer) as err:
         LAB.check(1, WRONG[1][0])
     message = str(err.value)
     assert "1 of 2 wrong (shared_first)" in message and "x's block" in message
@@ -276,6 +277,6 @@ def test_every_section_a_hint_sends_the_learner_to_exists():
 @pytest.mark.parametrize("number, answer, opens", [(6, "skip_in_capture", "skip_in_capture "), (6, "never", "never "),
                                                    (4, "x2", "x2 "), (4, "0", "The buffer")])
 def test_a_hint_keeps_an_identifier_as_written_and_capitalises_prose(number, answer, opens):
-    with pytest.raises(lab.WrongAnswer) as wrong:
+    with pytest.raises(WrongAnswer) as wrong:
         LAB.check(number, answer)
     assert str(wrong.value).split("not yet. ", 1)[1].startswith(opens)

@@ -1,8 +1,11 @@
-"""Figures as PNG bytes: fast for a widget's redraws, small for pictures a notebook keeps.
+"""Figures as a notebook and a widget show them: PNG bytes, and the wrapper a cell displays.
 
-Not in ``simlib.tutorial.plots``: the explorer and the headline encode figures they are
-handed, and importing this module must not import matplotlib (numpy and PIL,
-which come with it, are imported only when a small PNG is made).
+``show(fig)`` displays a ``simlib.tutorial.plots`` figure (IPython's inline backend skips
+figures without Axes, which is what plots draws for speed); ``png`` is fast for a widget's
+redraws, ``small_png`` small for pictures a notebook keeps. Not in ``simlib.tutorial.plots``:
+the explorer and the headline encode figures they are handed, and importing this module
+must not import matplotlib (numpy and PIL, which come with it, are imported only when a
+small PNG is made).
 """
 
 from __future__ import annotations
@@ -53,3 +56,34 @@ def small_png(fig: "Figure", dpi: float = 100) -> bytes:
     buf = io.BytesIO()
     out.save(buf, format="png", optimize=True)
     return buf.getvalue()
+
+
+class Picture:
+    """A figure as a notebook shows it: a PNG, with the figure's takeaway as its text.
+
+    ``simlib.tutorial.plots`` draws without Axes (for speed), and IPython's inline
+    backend skips such figures, so notebooks wrap them: ``show(plots.timeline(trace))``.
+    Where images do not render, the text form still says what the picture shows.
+    """
+
+    def __init__(self, fig: "Figure", dpi: float = 100) -> None:
+        self.fig, self.dpi = fig, dpi
+
+    def _repr_png_(self) -> bytes:
+        return small_png(self.fig, self.dpi)
+
+    def __repr__(self) -> str:
+        return f"[picture] {figure_title(self.fig)}"
+
+
+def show(fig: "Figure", dpi: float = 100) -> Picture:
+    """Wrap a ``simlib.tutorial.plots`` figure so that a notebook cell displays it."""
+    return Picture(fig, dpi)
+
+
+def figure_title(fig: "Figure") -> str:
+    """The takeaway sentence a ``simlib.tutorial.plots`` figure carries as its title."""
+    for artist in fig.artists:
+        if artist.get_gid() == "title":
+            return " ".join(" ".join(artist.strings).split())
+    return ""
