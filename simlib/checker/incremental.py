@@ -39,6 +39,7 @@ from .rule_host_mutation import host_mutations
 from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import StaleInputs
+from .rules import FROZEN_STATE
 
 WINDOW = 200_000   # whole process: eager records kept for the next capture's checks (then the newest half)
 
@@ -134,7 +135,7 @@ class IncrementalChecker:
                 self._after_from = {g: k - first for g, k in self._after_from.items()}
         else:
             self._after.clear()
-        return [f for f in frozen_state(index_trace(Trace(records=records))) if f.rule == 7]
+        return [f for f in frozen_state(index_trace(Trace(records=records))) if f.rule == FROZEN_STATE.number]
 
     def _keep(self, r: Record, kind: type) -> None:
         """Whole process: what the next capture's checks and rule 7's first-replay checks read."""

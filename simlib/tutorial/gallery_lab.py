@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from ..checker.rules import FREED_UNDER_GRAPH, FROZEN_HOST_VALUE, GRAPHS_CLOBBER, INPUT_REBUILT
 from ..engine.values import Call, Sym
 from ..glossary import CORRECT, SILENT_WRONG
 from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, shared_pool_what_if
@@ -24,7 +25,7 @@ from .workbook import Exercise, Workbook, record_answer, word_answer
 SCALES = ("scale@1", "scale@2", "scale@3", "scale@5")
 ASKED_REPLAY = 5                     # exercise 1 asks about the replay that stands for call 5
 ORDERS = {"read_later": READ_LATER, "read_at_once": READ_AT_ONCE}
-RULE_CODES = ("frozen_host_value", "input_rebuilt", "freed_under_graph", "graphs_clobber")
+RULE_CODES = tuple(r.code for r in (FROZEN_HOST_VALUE, INPUT_REBUILT, FREED_UNDER_GRAPH, GRAPHS_CLOBBER))
 FREED_CASES = ("buffer_rebound", "workspace_freed_in_capture", "workspace_resized_under_graph")
 
 READ = {

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..checker import check as check_trace
+from ..checker.rules import EMPTY_ARGUMENT, HOST_MUTATION, STALE_INPUT
 from ..checker.verdict import races, verdict
 from ..engine.timing import Profile
 from ..engine.values import Call, Sym, terms
-from ..glossary import CAPTURE_ERROR_PREFIX, CORRECT, OUTCOMES, UNORDERED, UNORDERED_MEANS
+from ..glossary import CORRECT, OUTCOMES, UNORDERED, UNORDERED_MEANS, family
 from ..programs.latency import replay_latency
 from ..programs.scenarios import run
 from ..programs.spec import ORDERS, SHARED_MODES, MoEConfig
@@ -38,7 +39,7 @@ from .gpu_results import GpuResults, load_gpu_results
 from .workbook import Exercise, Workbook, pointer_answer, record_answer, text_answer, whole_number, word_answer
 
 # The glossary's outcome codes; a capture error is answered by its family, "capture_error".
-OUTCOME_WORDS = tuple(code.rstrip(":") for code in OUTCOMES)
+OUTCOME_WORDS = tuple(family(code) for code in OUTCOMES)
 FIXES = ("skip_in_capture", "own_buffer", "never", "clone")
 SPEEDS = ("faster", "slower", "same")
 SHARED_INPUTS = ("x1", "x2", "0")
@@ -59,11 +60,6 @@ READ = {
     "report": "notebook 04-fixes-and-costs, section 'The checker reads the trace, not the results', and "
               "02-graph-capture, section 'Static inputs: the way in is `copy_`'",
 }
-
-
-def _family(outcome: str) -> str:
-    """``capture_error:<name>`` -> ``capture_error``; other outcomes unchanged."""
-    return "capture_error" if outcome.startswith(CAPTURE_ERROR_PREFIX) else outcome
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,7 @@ def _order_verdicts() -> dict[str, tuple[str, str, tuple[Any, ...]]]:
 
 
 def _solve_order() -> dict[str, str]:
-    return {order: _family(said) for order, (said, _, _) in _order_verdicts().items()}
+    return {order: family(said) for order, (said, _, _) in _order_verdicts().items()}
 
 
 def _right_order(expected: dict[str, str], h200: H200) -> str:
@@ -175,7 +171,7 @@ def _mode_outcomes() -> dict[str, str]:
 
 
 def _solve_modes() -> dict[str, str]:
-    return {mode: _family(outcome) for mode, outcome in _mode_outcomes().items()}
+    return {mode: family(outcome) for mode, outcome in _mode_outcomes().items()}
 
 
 _MODE_HINTS = {
@@ -243,7 +239,7 @@ def _wrong_shared_input(given: str, _: str) -> str:
 
 # --------------------------------------------------------------------------- 5 trap
 def _solve_trap() -> str:
-    return _family(run(INCIDENT.with_(inputs="same_as_eager")).outcome)
+    return family(run(INCIDENT.with_(inputs="same_as_eager")).outcome)
 
 
 def _right_trap(outcome: str, h200: H200) -> str:
@@ -360,8 +356,8 @@ def _report_findings() -> tuple[Any, ...]:
 
 def _solve_report() -> dict[str, Any]:
     findings = _report_findings()
-    mutation = next(f for f in findings if f.code == "host_mutation")
-    stale = next(f for f in findings if f.code == "stale_input")
+    mutation = next(f for f in findings if f.code == HOST_MUTATION.code)
+    stale = next(f for f in findings if f.code == STALE_INPUT.code)
     return {"tensor": mutation.label, "step": mutation.step, "rule": stale.rule}
 
 
@@ -379,7 +375,7 @@ def _wrong_report(given: dict[str, Any], expected: dict[str, Any]) -> str:
         hints.append("tensor: the label in the heading of the host_mutation finding (rule 1) names the "
                      "tensor the host changed.")
     if given["step"] != expected["step"]:
-        frozen = {f.step for f in findings if f.code == "empty_argument"}
+        frozen = {f.step for f in findings if f.code == EMPTY_ARGUMENT.code}
         hints.append("step: that is the step of the launch that froze the damage (rule 2); the statement "
                      "to move is the set_ itself." if given["step"] in frozen else
                      "step: the host step of the set_ (dispose_tensor) is in the rule 1 heading, "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .. import checker
+from ..checker.rules import CAPTURE_FAILED
 from ..engine.values import relative_error
 from ..glossary import UNORDERED, UNORDERED_MEANS, badge
 from ..programs.latency import replay_timing
@@ -138,7 +139,7 @@ def graph_pool_bytes(trace: Trace) -> int:
 
 def _verdict_short(config: MoEConfig) -> str:
     found = findings(config)
-    if scenario(config).graph is None and all(f.rule == 0 for f in found):   # rule 0: capture failed
+    if scenario(config).graph is None and all(f.rule == CAPTURE_FAILED.number for f in found):
         return "no graph"
     errors = sorted({f.rule for f in found if f.severity == checker.ERROR})
     warnings = sorted({f.rule for f in found if f.severity == checker.WARNING})

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..glossary import CAPTURE_ERROR_PREFIX
+from ..glossary import CAPTURE_ERROR_PREFIX, family
 
 
 class Unanswered(Exception):
@@ -79,9 +79,9 @@ def word_answer(choices: tuple[str, ...], what: str) -> Callable[[Any], str]:
             raise Unanswered
         _require(isinstance(value, str),
                  f"{what} is a word in quotes, one of {_choices(choices)}; got {value!r}.")
-        if (value.startswith(CAPTURE_ERROR_PREFIX) and "capture_error" in choices
-                and value.removeprefix(CAPTURE_ERROR_PREFIX).strip()):
-            return "capture_error"
+        captured = family(CAPTURE_ERROR_PREFIX)          # "capture_error", the family's answer word
+        if value.startswith(CAPTURE_ERROR_PREFIX) and captured in choices and value.removeprefix(CAPTURE_ERROR_PREFIX).strip():
+            return captured
         if value in choices:
             return value
         near = value.strip().strip("'\"").lower().replace(" ", "_").replace("-", "_")

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 from ...checker import Finding
 from ...engine.runtime import Runtime
 from ...engine.tensor import TensorHandle
+from ...glossary import CORRECT
 from ..harness import Build, ProgramResult, Replayed, Session
 
 Script = Callable[[Session, str, bool], None]      # (session, order, fixed) -> drive it
@@ -71,7 +72,7 @@ class Case:
     expected: Mapping[str, str]             # order -> the hazard's outcome (simlib.glossary)
     rules: tuple[str, ...]                  # what the checker reports on the hazard (where it goes wrong)
     script: Script = one_graph
-    fixed_expected: str = "correct"
+    fixed_expected: str = CORRECT
     notes: Mapping[str, str] = field(default_factory=dict)   # order -> what happens, in a sentence
     shows: str | None = None                # the graph its pictures draw (default: the first captured)
     # The hazard is a freed block: a replay goes wrong only once the allocator has handed the

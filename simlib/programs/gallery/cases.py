@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...checker.rules import FREED_UNDER_GRAPH, FROZEN_HOST_VALUE, GRAPHS_CLOBBER, INPUT_REBUILT
 from ...glossary import CORRECT, SILENT_WRONG
 from . import between_graphs, freed, frozen
 from .case import ONE_ORDER, Case
@@ -24,7 +25,7 @@ HOST_SCALAR = Case(
         "self.scale = torch.empty(1, device='cuda')            # a device tensor the graph reads\n"
         "self.scale.fill_(1.0 / step)                          # before every call and replay\n"
         "return all_reduce(x, scale=self.scale)\n"),
-    build=frozen.host_scalar, expected={ONE_ORDER: SILENT_WRONG}, rules=("frozen_host_value",))
+    build=frozen.host_scalar, expected={ONE_ORDER: SILENT_WRONG}, rules=(FROZEN_HOST_VALUE.code,))
 
 INPUT_REBUILT = Case(
     name="input_rebuilt_each_call", fix="fix_input_copied_to_static",
@@ -42,7 +43,7 @@ INPUT_REBUILT = Case(
     pytorch_fix=(
         "self.pos[:n].copy_(torch.tensor(positions).pin_memory(), non_blocking=True)   # outside the graph\n"
         "graph.replay()                                                                # reads self.pos\n"),
-    build=frozen.input_rebuilt, expected={ONE_ORDER: SILENT_WRONG}, rules=("input_rebuilt",))
+    build=frozen.input_rebuilt, expected={ONE_ORDER: SILENT_WRONG}, rules=(INPUT_REBUILT.code,))
 
 WORKSPACE_RESIZED = Case(
     name="workspace_resized_under_graph", fix="fix_workspace_sized_once",
@@ -61,7 +62,7 @@ WORKSPACE_RESIZED = Case(
     pytorch_fix=(
         "self.workspace = torch.empty(need(max_batch), device='cuda')   # once, before any capture\n"),
     build=freed.workspace_resized, script=freed.two_batch_sizes,
-    expected={"bs1 bs8 bs1": SILENT_WRONG}, rules=("freed_under_graph",),
+    expected={"bs1 bs8 bs1": SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
     notes={"bs1 bs8 bs1": "every replay of the bs1 graph reads the freed block"})
 
 WORKSPACE_FREED = Case(
@@ -80,7 +81,7 @@ WORKSPACE_FREED = Case(
         "    del self.workspace                     # 'the graph has it now'\n"),
     pytorch_fix=(
         "y = gemm(x, self.workspace)                # kept as long as the graph is\n"),
-    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",),
+    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
     reuse_decides=True)
 
 SHARED_POOL = Case(
@@ -102,7 +103,7 @@ SHARED_POOL = Case(
     build=between_graphs.shared_pool,
     script=between_graphs.replay_order,
     expected={between_graphs.READ_LATER: SILENT_WRONG, between_graphs.READ_AT_ONCE: CORRECT},
-    rules=("graphs_clobber",), shows="bs2",
+    rules=(GRAPHS_CLOBBER.code,), shows="bs2",
     notes={between_graphs.READ_LATER: "the bs2 replay overwrites the bs1 output before it is read",
            between_graphs.READ_AT_ONCE: "each output is read before the other graph replays: correct"})
 
@@ -124,7 +125,7 @@ LAZY_CACHE = Case(
     pytorch_fix=(
         "model.cache = torch.zeros(max_len, hidden, device='cuda')     # before any capture\n"),
     build=between_graphs.lazy_cache, script=between_graphs.captured_first,
-    expected={"bs2 bs1 bs2": SILENT_WRONG}, rules=("graphs_clobber",),
+    expected={"bs2 bs1 bs2": SILENT_WRONG}, rules=(GRAPHS_CLOBBER.code,),
     notes={"bs2 bs1 bs2": "the bs1 replay zeroes the cache the bs2 graph reads back"})
 
 BUFFER_REBOUND = Case(
@@ -146,7 +147,7 @@ BUFFER_REBOUND = Case(
     pytorch_fix=(
         "def forward(self, x):\n"
         "    return x * self.buf                        # converted once, at load; refreshed in place\n"),
-    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=("freed_under_graph",),
+    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
     reuse_decides=True)
 
 CASES: dict[str, Case] = {c.name: c for c in (HOST_SCALAR, INPUT_REBUILT, WORKSPACE_RESIZED, WORKSPACE_FREED,
