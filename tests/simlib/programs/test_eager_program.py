@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from gpu_demo import results
 from simlib.engine.timing import Profile
 from simlib.programs.eager_program import RECORD_COMMAND, EagerOp, HostCosts, eager_forward_us, load, run_eager
 from simlib.programs.spec import MoEConfig
@@ -88,7 +88,7 @@ def test_bad_costs_are_refused_with_what_is_wrong():
 
 # -- the committed H200 host costs and the eager prediction made from them ---------------
 
-RESULTS = Path(__file__).resolve().parents[2] / "gpu_demo" / "results"
+RESULTS = results.RESULTS_DIR
 
 
 def recorded(kind: str) -> dict:

@@ -19,7 +19,7 @@ from simlib.programs.spec import MoEConfig
 from simlib.tutorial import lab
 from simlib.tutorial.workbook import WrongAnswer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS = ROOT / "notebooks"
 
 # One concrete wrong answer per exercise, and what its hint must talk about.

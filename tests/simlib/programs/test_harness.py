@@ -14,7 +14,7 @@ from simlib.engine.tensor import raw
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, term
 from simlib.programs.harness import Program, Session, run_program
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
 
 
 def readme_example() -> str:

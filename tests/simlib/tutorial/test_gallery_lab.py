@@ -13,7 +13,7 @@ from simlib.programs.gallery import CASES
 from simlib.tutorial import gallery_lab
 from simlib.tutorial.workbook import WrongAnswer
 
-NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "07-gallery.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "07-gallery.ipynb"
 
 # One concrete wrong answer per exercise, and what its hint must talk about.
 WRONG = {

@@ -12,22 +12,21 @@ looping records (a view of itself links nothing; a back edge adds no base).
 from __future__ import annotations
 
 import pytest
+from checker_stories import plain_arg
 from deadline import within
 
 from simlib.checker import Finding, check
-from simlib.trace import Arg, Capture, Launch, Mutation, Record, Replay, Trace, View
+from simlib.trace import Capture, Launch, Mutation, Record, Replay, Trace, View
 
 X_PTR, IN_PTR = 0x7F3A_0000_0000, 0x7F3A_0001_0000
+
+
 HIDDEN, X = 1, 2          # tensor ids: the graph's input, and the tensor the capture empties
 
 
 def bounded_check(records: list[Record]) -> list[Finding]:
     with within(10):
         return check(Trace(records=records))
-
-
-def arg(tensor: int, label: str, ptr: int, numel: int, access: str) -> Arg:
-    return Arg("in0" if access == "r" else "out0", tensor, label, ptr, numel, (numel,), 2 * numel, access)
 
 
 def empty_view(step: int, tensor: int, base: int, label: str = "x.view") -> View:
@@ -41,12 +40,12 @@ def disposed_x(*views: View, reader: int = X) -> list[Record]:
     return [
         Capture(0, 0.0, "begin", 0, "main"),
         Launch(1, 1.0, 10, "rms_norm", "x", "norm", "main",
-               (arg(HIDDEN, "hidden", IN_PTR, 8, "r"), arg(X, "x", X_PTR, 8, "w")), 0),
+               (plain_arg(HIDDEN, "hidden", IN_PTR, 8, "r"), plain_arg(X, "x", X_PTR, 8, "w")), 0),
         Mutation(2, 2.0, "set_", X, "x", X_PTR, 8, (8,), 0, 0, (0,), 0, "dispose_tensor"),
         *views,
         Launch(10, 10.0, 11, "shared_expert_into", "shared", "shared", "alt",
-               (arg(reader, "x.view" if reader != X else "x", 0, 0, "r"),
-                arg(9, "out", X_PTR + 4096, 8, "w")), 0, deps=(10,)),
+               (plain_arg(reader, "x.view" if reader != X else "x", 0, 0, "r"),
+                plain_arg(9, "out", X_PTR + 4096, 8, "w")), 0, deps=(10,)),
         Capture(11, 11.0, "end", 0, "main", inputs=(IN_PTR,)),
         Replay(12, 12.0, 0, 0, "main"),
     ]
@@ -90,4 +89,3 @@ def test_a_cycle_of_views_ends_with_the_findings_of_its_chain(length):
     assert codes(cyclic) == SEED
     assert cyclic == bounded_check(disposed_x(*chain, reader=last))
     assert "through the view 'x.view'" in cyclic[1].why
-

@@ -84,7 +84,7 @@ def test_calls_bracket_their_launches_which_record_their_site(rt):
     calls = list(rt.trace.of(Call))
     assert [(c.op, c.index, c.phase) for c in calls] == [("begin", index, "warmup"), ("end", index, "warmup")]
     inside, outside = [r for r in rt.trace.of(Launch)]
-    assert inside.site.startswith("tests/simlib/test_family_runtime.py:") and outside.site == ""
+    assert inside.site.startswith("tests/simlib/engine/test_family_runtime.py:") and outside.site == ""
     with pytest.raises(ValueError, match="not a call phase"):
         with rt.call("later"):
             pass
