@@ -5,7 +5,7 @@ Start with ``Runtime`` (the host thread and CUDA runtime a program calls) and
 checker, the plots and the exporters read).
 """
 
-from .errors import (
+from .engine.errors import (
                      CapturedEvent,
                      CaptureError,
                      IllegalAddress,
@@ -17,13 +17,13 @@ from .errors import (
                      StreamCaptureUnjoined,
                      StreamCaptureUnsupported,
 )
-from .graph import CapturedGraph
-from .runtime import Runtime
-from .stream import Event, Stream
-from .tensor import RawArg, TensorHandle, raw
-from .timing import Profile
+from .engine.graph import CapturedGraph
+from .engine.runtime import Runtime
+from .engine.stream import Event, Stream
+from .engine.tensor import RawArg, TensorHandle, raw
+from .engine.timing import Profile
+from .engine.values import Call, Const, Expr, Garbage, Sum, Sym, call
 from .trace import Trace
-from .values import Call, Const, Expr, Garbage, Sum, Sym, call
 
 __all__ = [
     "Runtime", "Trace", "Profile", "Stream", "Event", "TensorHandle", "RawArg", "raw",

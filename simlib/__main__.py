@@ -3,7 +3,7 @@
     python -m simlib check --scenario moe --order routed_first      # exits 1: errors found
     python -m simlib check --trace recorded.json --strict           # a saved (or real) trace
     python -m simlib export --order shared_first --pdl --out trace.json
-    python -m simlib headline --out out
+    python -m simlib headline --out out --gpu-results gpu_demo/results/matrix-h200.json
 
 ``check`` exits 1 when the checker finds an error (wrong on every replay) or
 the capture itself failed, 0 otherwise; warnings (races) fail only with
@@ -25,15 +25,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from . import scenarios
 from .checker import ERROR, check, format_report
+from .checker.verdict import verdict
 from .export import write_chrome_trace
 from .glossary import CAPTURE_ERROR_PREFIX, words
-from .headline import write_headline
-from .scenarios import ScenarioResult
-from .spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
+from .programs import scenarios
+from .programs.scenarios import ScenarioResult
+from .programs.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
 from .trace import Capture, Trace
-from .verdict import verdict, verdict_of
+from .tutorial.headline import write_headline
 
 SCENARIOS = ("moe",)
 _DEFAULTS = MoEConfig()
@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "--out and print the summary.")
     headline_cmd.add_argument("--out", required=True, type=Path, metavar="DIR",
                               help="directory for the headline files")
+    headline_cmd.add_argument("--gpu-results", type=Path, metavar="FILE.json",
+                              help="a GPU's matrix results (python -m gpu_demo run --matrix) for the table's GPU column")
     headline_cmd.set_defaults(run=_headline, parser=headline_cmd)
     return parser
 
@@ -171,7 +173,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _headline(args: argparse.Namespace) -> int:
     try:
-        print(write_headline(args.out))
+        print(write_headline(args.out, gpu_results=args.gpu_results))
     except OSError as exc:
         args.parser.error(f"cannot write --out {args.out}: {exc.strerror or exc}")
     return 0
@@ -196,7 +198,7 @@ def _load(args: argparse.Namespace) -> tuple[Trace, str, ScenarioResult | None]:
     result = scenarios.run(config)
     failed = result.outcome.startswith(CAPTURE_ERROR_PREFIX)
     said = words(result.outcome) + (", so there is no graph" if failed else "")
-    judged = verdict_of(result)
+    judged = result.verdict()
     if judged != result.outcome:   # replays came out one way, but the graph leaves a race
         said = f"{words(judged)} (its replays: {said}, but the graph leaves a race; see below)"
     return result.trace, f"scenario moe {config.name}, simulated outcome: {said}", result

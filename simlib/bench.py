@@ -26,10 +26,10 @@ import time
 from typing import Callable
 
 from .checker import check
+from .engine.runtime import Runtime
 from .export import to_chrome_trace
-from .runtime import Runtime
-from .scenarios import run as run_scenario
-from .spec import ORDERS, MoEConfig
+from .programs.scenarios import run as run_scenario
+from .programs.spec import ORDERS, MoEConfig
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -79,7 +79,7 @@ def _widget_redraw_ms(repeats: int = 15) -> float:
     """What one move of a tutorial control costs: simulate, then redraw three pictures."""
     import matplotlib
     matplotlib.use("Agg")
-    from . import plots
+    from .tutorial import plots
 
     figs: dict[str, object] = {}
     samples = []

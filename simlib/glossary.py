@@ -39,6 +39,14 @@ and no simulation produces it: it compares two paths of one program.
                            checker found nothing in the capture: the two paths
                            compute different things, and neither is named wrong
 
+The guard's answers
+-------------------
+``gpu_demo.guard``'s report opens with one answer (``GUARD_ANSWERS``), in this
+order of precedence: ``NOT capture-safe`` (a hazard, proved by the replays or
+read off the capture), ``could not check`` (the check itself could not be done),
+``graph and eager differ`` (``words(GRAPH_EAGER_DIFFER)``), ``NOT CHECKED ON A
+GPU`` (only the CPU dry run ran, and found nothing: never a pass) and ``passed``.
+
 What the graph holds for a late consumer
 ----------------------------------------
 After the host emptied a tensor during capture, what a consumer issued later
@@ -72,6 +80,12 @@ HOST_ERROR_PREFIX = "host_error:"
 PREFIXES = (CAPTURE_ERROR_PREFIX, WARMUP_ERROR_PREFIX, HOST_ERROR_PREFIX)   # outcomes that name an error
 SHAPE_MISMATCH = "shape_mismatch"
 GRAPH_EAGER_DIFFER = "graph_eager_differ"
+
+PASSED = "passed"
+NOT_SAFE = "NOT capture-safe"
+COULD_NOT_CHECK = "could not check"
+NOT_ON_GPU = "NOT CHECKED ON A GPU"
+GUARD_ANSWERS = (NOT_SAFE, COULD_NOT_CHECK, NOT_ON_GPU, PASSED)   # with words(GRAPH_EAGER_DIFFER)
 
 
 @dataclass(frozen=True)
@@ -160,6 +174,12 @@ def host_error(name: str) -> str:
 
 def _prefix(outcome: str) -> str | None:
     return next((p for p in PREFIXES if outcome.startswith(p)), None)
+
+
+def family(outcome: str) -> str:
+    """An outcome without the error it names: ``capture_error:shape_mismatch`` -> ``capture_error``."""
+    prefix = _prefix(outcome)
+    return prefix.rstrip(":") if prefix is not None else outcome
 
 
 def term(outcome: str) -> Term:

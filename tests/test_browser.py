@@ -510,16 +510,16 @@ def test_dispose_bug_explorer_renders_and_redraws_in_jupyterlab(lab, page):
 
 # ----------------------------------------------------------------- notebook 06
 def _check_message(answer: object) -> tuple[bool, str]:
-    """(right?, first line of what ``lab.check(1, answer)`` says), from simlib itself."""
+    """(right?, first line of what ``lab.check(1, answer)`` says), from notebook 06's workbook itself."""
     import contextlib
     import io
 
-    from simlib import lab as simlab
+    from notebook_lab import LAB
 
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
-            simlab.check(1, answer)
+            LAB.check(1, answer)
     except AssertionError as wrong:
         return False, str(wrong).splitlines()[0]
     return True, out.getvalue().splitlines()[0]
@@ -536,11 +536,10 @@ def _answer(p, text: str) -> None:
 
 
 def test_lab_self_check_explains_a_wrong_answer_and_confirms_a_right_one(lab, page):
+    from notebook_lab import LAB
     from playwright.sync_api import expect
 
-    from simlib import lab as simlab
-
-    right = simlab.expected(1)
+    right = LAB.expected(1)
     wrong = {**right, "shared_first": "correct"}     # the answer the tutorial used to teach
     wrong_ok, wrong_text = _check_message(wrong)
     right_ok, right_text = _check_message(right)

@@ -38,7 +38,7 @@ def test_the_conda_environment_gets_torchs_cpu_build_and_npm():
 def test_simlib_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
     import subprocess
     import sys
-    code = ("import sys, simlib, simlib.scenarios, simlib.spec; "
+    code = ("import sys, simlib, simlib.programs.scenarios, simlib.programs.spec; "
             "bad = [m for m in ('torch', 'matplotlib', 'gpu_demo') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

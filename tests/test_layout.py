@@ -1,5 +1,10 @@
 """The package tree is the architecture: no import circle, and every import goes down a floor.
 
+simlib's floors: the vocabulary both worlds use (trace, glossary, memory, export); the engine and
+the checker, each standing on the vocabulary alone; the programs; the tutorial; the package's face
+and command lines. No module under simlib builds a path into gpu_demo: GPU results come in as
+arguments, read through ``gpu_demo.results``.
+
 Every import is counted, including those inside functions (a deferred import
 can hide a circle, not remove it); only imports under ``if TYPE_CHECKING:``
 are left out, since they never run.
@@ -19,8 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("simlib", "gpu_demo")
 
 # Floors, lowest first: a module may import its own floor and those below, never above.
+VOCABULARY = ("simlib.trace", "simlib.glossary", "simlib.memory", "simlib.export")
 FLOORS = [
-    ("simlib",),
+    VOCABULARY,                             # what both worlds write and read: records, words, pool names
+    ("simlib.engine", "simlib.checker"),    # the simulator; the checker (each on the vocabulary alone)
+    ("simlib.programs",),                   # simulated programs, the harness that runs them, their verdicts
+    ("simlib.tutorial",),                   # the notebooks' pictures, tables, widgets and exercises
+    ("simlib",),                            # its face (__init__) and command lines (__main__, bench)
+    ("gpu_demo.results",),                  # the recorded GPU results: json and pathlib, no torch
     ("gpu_demo.protocol",),
     ("gpu_demo.record",),
     ("gpu_demo.guard", "gpu_demo.autocheck"),
@@ -154,6 +165,116 @@ def test_simlib_imports_nothing_from_gpu_demo():
     assert not [(m, i) for m in GRAPH if m.startswith("simlib") for i in GRAPH[m] if i.startswith("gpu_demo")]
 
 
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _strays(package: str, allowed: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(module, import) for each import of ``package``'s modules outside itself and ``allowed``."""
+    return sorted((m, i) for m in GRAPH if _within(m, (package,)) for i in GRAPH[m]
+                  if not _within(i, (package, *allowed)))
+
+
+def test_the_engine_imports_nothing_from_the_programs_the_tutorial_or_the_checker():
+    strays = _strays("simlib.engine", VOCABULARY)
+    assert not [s for s in strays if _within(s[1], ("simlib.programs", "simlib.tutorial"))], strays
+    assert strays == [], "the engine stands on the vocabulary alone"
+
+
+def test_the_checker_reads_the_vocabulary_alone():
+    assert _strays("simlib.checker", VOCABULARY) == []
+
+
+def test_a_planted_import_of_a_program_by_the_engine_would_be_found(monkeypatch):
+    monkeypatch.setitem(GRAPH, "simlib.engine.device", GRAPH["simlib.engine.device"] | {"simlib.programs.harness"})
+    assert ("simlib.engine.device", "simlib.programs.harness") in _strays("simlib.engine", VOCABULARY)
+
+
+# --------------------------------------------------------------------------- no path into gpu_demo
+_PATH_CALLS = ("Path", "PurePath", "open", "joinpath", "join")
+
+
+def _climb(node: ast.AST) -> int | None:
+    """How many folders ``Path(__file__)[.resolve()].parent.parent`` (or ``.parents[k]``) climbs
+    from the module's file; ``None`` when ``node`` is no such walk."""
+    levels = 0
+    while True:
+        if isinstance(node, ast.Attribute) and node.attr == "parent":
+            levels, node = levels + 1, node.value
+        elif (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents"
+              and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+            levels, node = levels + node.slice.value + 1, node.value.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("resolve", "absolute"):
+            node = node.func.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("Path", "PurePath")
+              and [ast.unparse(a) for a in node.args] == ["__file__"]):
+            return levels
+        else:
+            return None
+
+
+def _names_gpu_demo(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and "gpu_demo" in node.value.replace("\\", "/").split("/"))
+
+
+def paths_into_gpu_demo(relative: Path, source: str) -> list[tuple[int, str]]:
+    """Where the module at ``relative`` (from the repository's root) builds a path into gpu_demo.
+
+    Two ways: a path expression (``/``, ``Path(...)``, ``open(...)``, ``joinpath``, ``os.path.join``)
+    with a string whose folders name ``gpu_demo``; and a walk from ``Path(__file__)`` that climbs out
+    of simlib (to the repository's root) and joins a name to it, whatever the name: from there any
+    folder is reachable. A walk that stays in simlib, or names the root without joining anything to
+    it (a launch's call site is named relative to the checkout), is no path into gpu_demo.
+    """
+    depth = len(relative.parts)          # the file's own folders and its name
+    tree = ast.parse(source)
+
+    def escapes(node: ast.AST) -> bool:
+        climbed = _climb(node)
+        return climbed is not None and depth - climbed < 1
+
+    roots = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and escapes(node.value)
+             for t in node.targets if isinstance(t, ast.Name)}     # ROOT = Path(__file__).parents[2]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            if _names_gpu_demo(node.left) or _names_gpu_demo(node.right):
+                found.append((node.lineno, "joins a path to gpu_demo"))
+            if escapes(node.left) or (isinstance(node.left, ast.Name) and node.left.id in roots):
+                found.append((node.lineno, "climbs out of simlib from its file and joins a path"))
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in _PATH_CALLS and any(_names_gpu_demo(a) for a in node.args):
+                found.append((node.lineno, f"opens a path into gpu_demo ({name})"))
+    return sorted(found)
+
+
+def test_no_module_under_simlib_opens_a_path_into_gpu_demo():
+    found = [f"{path.relative_to(ROOT)}:{line}: {why}" for path in sorted((ROOT / "simlib").rglob("*.py"))
+             for line, why in paths_into_gpu_demo(path.relative_to(ROOT), path.read_text())]
+    assert found == [], "simlib takes GPU results as arguments (gpu_demo.results):\n" + "\n".join(found)
+
+
+def test_the_path_scan_catches_what_simlib_read_before_and_passes_what_it_reads_now():
+    before = {   # simlib/gpu_results.py and simlib/lab.py, as they read gpu_demo/results before
+        "simlib/gpu_results.py": ('GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"'
+                                  ' / "matrix-h200.json"\n'),
+        "simlib/lab.py": 'RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"\n',
+        "simlib/tutorial/table.py": 'data = open("../gpu_demo/results/matrix-h200.json").read()\n',
+        "simlib/tutorial/root.py": 'ROOT = Path(__file__).resolve().parents[2]\nmatrix = ROOT / folder / "matrix-h200.json"\n',
+    }
+    for relative, source in before.items():
+        assert paths_into_gpu_demo(Path(relative), source), relative
+    fine = {   # a site named from the checkout's root; a file beside this one; prose that names gpu_demo
+        "simlib/engine/runtime/launches.py": '_CHECKOUT = str(Path(__file__).resolve().parents[3]) + os.sep\n',
+        "simlib/tutorial/plots/kit.py": 'FONT = Path(__file__).resolve().parent / "font.ttf"\n',
+        "simlib/programs/eager_program.py": 'RECORD_COMMAND = "python -m gpu_demo bench --host-costs"\n',
+    }
+    for relative, source in fine.items():
+        assert paths_into_gpu_demo(Path(relative), source) == [], relative
+
+
 def test_the_guard_checks_a_plain_program_with_the_demo_unimportable(tmp_path):
     """The recorder and the guard are for any user's code: with the demo's modules made unimportable,
     the guard still records and checks a plain-PyTorch program (a dry run on the CPU)."""
@@ -197,3 +318,17 @@ def test_the_guard_checks_a_plain_program_with_the_demo_unimportable(tmp_path):
     assert lines["SAFE"] == "[]"
     assert "host_mutation" in lines["HAZARD"]
     assert lines["DEMO"] == "[]"
+
+
+def test_the_recorded_results_import_without_torch_and_the_public_names_on_first_use():
+    """``gpu_demo.results`` is json and pathlib: a notebook hands it to simlib on a seat without torch.
+    The package's public names are imported when first asked for (``gpu_demo.__getattr__``)."""
+    script = textwrap.dedent('''
+        import sys
+        import gpu_demo, gpu_demo.results
+        print("TORCH", "torch" in sys.modules, gpu_demo.results.load("matrix-h200")["provenance"]["gpu"])
+        print("PUBLIC", all(callable(getattr(gpu_demo, name)) for name in gpu_demo.__all__), "torch" in sys.modules)
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["TORCH False NVIDIA H200", "PUBLIC True True"]

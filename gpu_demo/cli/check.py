@@ -25,6 +25,7 @@ import torch
 
 from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, refuse_unwritable, write_result
 from gpu_demo.protocol.tolerance import DTYPES
+from simlib.glossary import COULD_NOT_CHECK, NOT_ON_GPU, PASSED
 
 BAD_USAGE = 2
 
@@ -111,8 +112,6 @@ def _check(args: argparse.Namespace, argv: list[str]) -> int:
 def exit_code(answer: str) -> int:
     """``gpu_demo check``'s exit code for one of the guard's answers (``GuardReport.answer``):
     0 passed, 1 a hazard or graph and eager differ, 3 could not check, 4 a CPU dry run only."""
-    from gpu_demo.guard.check import COULD_NOT_CHECK, NOT_ON_GPU, PASSED
-
     return {PASSED: 0, COULD_NOT_CHECK: 3, NOT_ON_GPU: 4}.get(answer, 1)
 
 

@@ -1,7 +1,7 @@
 """The command line of the lab on a real GPU: ``python -m gpu_demo COMMAND``.
 
-``run``     one configuration (flags mirror ``simlib.spec.MoEConfig``) or
-            ``--matrix`` (every ``simlib.spec.MATRIX`` row), each case in its own
+``run``     one configuration (flags mirror ``simlib.programs.spec.MoEConfig``) or
+            ``--matrix`` (every ``simlib.programs.spec.MATRIX`` row), each case in its own
             process; prints a table, writes JSON with provenance
 ``bench``   replay latency, overlap efficiency, the PDL residual add, and the
             simulator's calibration numbers (two JSON files), of the correct
@@ -47,8 +47,8 @@ from gpu_demo.cli.common import (
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol.tolerance import DTYPES
 from gpu_demo.zoo import runner as zoo_runner
-from simlib.graph import CAPTURE_MODES
-from simlib.spec import (
+from simlib.engine.graph import CAPTURE_MODES
+from simlib.programs.spec import (
     CAPTURE_FAULTS,
     DISPOSE_KINDS,
     DISPOSE_POLICIES,
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "row of the conformance matrix (--matrix), each case in its own process; "
                                           "print a table and write JSON with provenance. Needs CUDA.")
     _config_flags(run)
-    run.add_argument("--matrix", action="store_true", help="run every simlib.spec.MATRIX configuration")
+    run.add_argument("--matrix", action="store_true", help="run every simlib.programs.spec.MATRIX configuration")
     run.add_argument("--jobs", type=positive_int, default=1, help="cases run at once (each in its own process)")
     run.add_argument("--timeout", type=positive_int, default=180, help="seconds before a case is abandoned")
     run.add_argument("--out", type=Path, metavar="FILE",

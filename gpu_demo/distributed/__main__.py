@@ -30,7 +30,7 @@ from gpu_demo.distributed import whole_job
 from gpu_demo.distributed.run import run_job
 from gpu_demo.measure.provenance import provenance
 from gpu_demo.moe.settings import DEVICES, RunSettings
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from gpu_demo.distributed.tp_moe import SHARDS, TensorParallel, TensorParallelMoE
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol.capture_replay import capture, warm_up
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,7 +43,7 @@ from gpu_demo.protocol.capture_replay import capture, replay_and_compare, warm_u
 from gpu_demo.protocol.metric import output_error
 from gpu_demo.record import annotate
 from gpu_demo.record.capture import record_capture
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 # name -> the MoEConfig changes of each case; DIVERGENT: the TensorParallel changes
 CASES: dict[str, dict[str, Any]] = {

@@ -32,7 +32,7 @@ import torch.nn as nn
 from gpu_demo.moe.model import MoELayer, MoEStack, label_tensors
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record.dry_run import is_capturing
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 SHARDS = ("even", "last_empty")
 

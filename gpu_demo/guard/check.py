@@ -25,7 +25,7 @@ torch and your modules are imported once. How ``fn`` reaches the child and which
 callables count as factories is in ``gpu_demo.guard.target``. ``isolate=False`` runs
 everything in this process instead (a device fault then ends it).
 
-The report has one of four answers, its first words (``GuardReport.answer``):
+The report has one of four answers (``simlib.glossary.GUARD_ANSWERS``), its first words (``GuardReport.answer``):
 
 * ``passed``: replayed on a GPU, every replay right, and no checker error;
 * ``NOT capture-safe``: a hazard, proved by the replays or read off the capture
@@ -68,14 +68,21 @@ from gpu_demo.protocol.capture_replay import ReplayEvidence
 from gpu_demo.protocol.worker import run_checked
 from gpu_demo.record.dry_run import NOT_SEEN
 from simlib.checker import ERROR, Finding, check, format_report
-from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, GRAPH_EAGER_DIFFER, SILENT_WRONG, UNORDERED, words
+from simlib.checker.verdict import verdict
+from simlib.glossary import (
+    CAPTURE_ERROR_PREFIX,
+    CORRECT,
+    COULD_NOT_CHECK,
+    GRAPH_EAGER_DIFFER,
+    NOT_ON_GPU,
+    NOT_SAFE,
+    PASSED,
+    SILENT_WRONG,
+    UNORDERED,
+    words,
+)
 from simlib.trace import Trace
 
-RACE_CODES = frozenset({"cross_stream_race", "reuse_after_free"})
-PASSED = "passed"
-NOT_SAFE = "NOT capture-safe"
-COULD_NOT_CHECK = "could not check"
-NOT_ON_GPU = "NOT CHECKED ON A GPU"
 DRY_RUN_LIMIT = ("A dry run sees only what the code does on the CPU: a path taken only under a real CUDA "
                  "capture (torch.cuda.is_current_stream_capturing(), CUDA streams, Triton kernels) did not run. "
                  "Run the check on a GPU for the real capture and the replays.")
@@ -299,25 +306,21 @@ def _report(name: str, raw: dict[str, Any], strict: bool) -> GuardReport:
 def judge(replay: ReplayEvidence, recording_error: str | None, findings: list[Finding]) -> tuple[str | None, str | None]:
     """The verdict, and why the check could not be done (``None``: it could), from the evidence.
 
-    The replays decide; a race turns ``correct`` into ``unordered``. A replay that missed its
-    reference is ``silent_wrong`` only when the checker found something in the capture; with no
-    finding it is ``graph_eager_differ``, and when the reference disagreed with itself on one
-    input the comparison proves nothing (no verdict, and the reason). Without replays, the dry
-    run's capture error is the verdict if it had one.
+    The replays decide, read beside the findings as replays on a GPU are
+    (``simlib.checker.verdict.verdict(..., on_gpu=True)``): a race turns ``correct`` into
+    ``unordered``; a miss is ``silent_wrong`` only when the checker found something in the
+    capture, else ``graph_eager_differ``. When the reference disagreed with itself on one
+    input the comparison proves nothing (no verdict, and the reason). Without replays, the
+    dry run's capture error is the verdict if it had one.
     """
     if not (replay.ran and replay.outcome is not None):
         failed = recording_error if recording_error and recording_error.startswith(CAPTURE_ERROR_PREFIX) else None
         return failed, None
-    if replay.outcome == SILENT_WRONG:
-        spread, tolerance = replay.reference_spread, replay.tolerance or 0.0
-        if spread is not None and not spread <= tolerance:
-            return None, (f"the reference is nondeterministic: two eager runs of it on the same input differ by "
-                          f"{spread:.3g} (tolerance {tolerance:g}), so a replay's error of "
-                          f"{max(e for e in replay.errors if e is not None):.3g} cannot be blamed on the capture "
-                          "(random draws it does not seed, or state one call leaves for the next): seed them, pass "
-                          "a factory (a fresh instance per run), or a deterministic reference=")
-        if not findings:
-            return GRAPH_EAGER_DIFFER, None
-    if replay.outcome == CORRECT and any(f.code in RACE_CODES for f in findings):
-        return UNORDERED, None
-    return replay.outcome, None
+    spread, tolerance = replay.reference_spread, replay.tolerance or 0.0
+    if replay.outcome == SILENT_WRONG and spread is not None and not spread <= tolerance:
+        return None, (f"the reference is nondeterministic: two eager runs of it on the same input differ by "
+                      f"{spread:.3g} (tolerance {tolerance:g}), so a replay's error of "
+                      f"{max(e for e in replay.errors if e is not None):.3g} cannot be blamed on the capture "
+                      "(random draws it does not seed, or state one call leaves for the next): seed them, pass "
+                      "a factory (a fresh instance per run), or a deterministic reference=")
+    return verdict(replay.outcome, findings, on_gpu=True), None

@@ -31,7 +31,7 @@ from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.metric import relative_error
-from simlib.spec import ROUTED_STREAMS, MoEConfig
+from simlib.programs.spec import ROUTED_STREAMS, MoEConfig
 
 SLEEP_CYCLES = 100_000  # about 50 us at the H200's boost clock: keeps the host ahead
 

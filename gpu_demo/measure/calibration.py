@@ -30,7 +30,7 @@ from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
 from gpu_demo.record import annotate
 from gpu_demo.record.annotate import ALT
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 
 def _host_us(call: Any, repeats: int, per_call: int = 1) -> float:

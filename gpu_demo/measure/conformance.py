@@ -1,10 +1,10 @@
 """The simulator's predicted outcomes next to the H200's, scenario by scenario.
 
-Every scenario of ``simlib.spec.MATRIX`` is defined once; ``gpu_demo run
+Every scenario of ``simlib.programs.spec.MATRIX`` is defined once; ``gpu_demo run
 --matrix`` ran each on a real H200 (``results/matrix-h200.json``) and simlib
 predicts each here, with the calibrated ``H200`` timing profile.
 
-A prediction is a *set* of outcomes: ``simlib.schedules.explore`` replays the
+A prediction is a *set* of outcomes: ``simlib.engine.schedules.explore`` replays the
 scenario as the profile times it and then once per order of every race (two
 graph nodes that touch the same bytes, one writing, with no path between
 them), and the set holds what those schedules produced. A scenario without a
@@ -14,13 +14,13 @@ Prediction and GPU **agree when the outcome the GPU showed is in the set**:
 a race agrees with "correct" only if some schedule is right, and with
 "silently wrong" only if some schedule is wrong.
 
-The incident gallery's programs (``simlib.gallery``, each hazard and its fix) have
+The incident gallery's programs (``simlib.programs.gallery``, each hazard and its fix) have
 rows of their own (``gallery_rows``): each is simulated as its case's runner drives
 it, and its PyTorch twin, the corpus program of the same name, ran on the H200
 (``results/corpus-h200.json``). A twin with no H200 result yet is listed as *not
 run*, never counted as agreeing.
 
-Schedules are explored over at most ``simlib.verdict.EXPLORED_REPLAYS`` replays: a schedule
+Schedules are explored over at most ``simlib.programs.predictions.EXPLORED_REPLAYS`` replays: a schedule
 repeats on every replay, and from the second replay on memory holds what the
 previous one left, so later replays add nothing new.
 """
@@ -31,24 +31,25 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_demo.measure.provenance import RESULTS_DIR
+from gpu_demo import results
 from gpu_demo.moe.harness import count_wrong
-from simlib import schedules
 from simlib.checker import check
-from simlib.gallery import CASES
+from simlib.checker.verdict import verdict
+from simlib.engine import schedules
 from simlib.glossary import CORRECT, SILENT_WRONG, UNORDERED
-from simlib.gpu_results import CORPUS_RESULTS, NOT_RUN, load_corpus_results, load_gpu_results
-from simlib.spec import MoEConfig
-from simlib.verdict import agrees, possible_outcomes, verdict
+from simlib.programs.gallery import CASES
+from simlib.programs.predictions import agrees, possible_outcomes
+from simlib.programs.spec import MoEConfig
+from simlib.tutorial.gpu_results import NOT_RUN, load_corpus_results, load_gpu_results
 
-RESULTS = RESULTS_DIR / "matrix-h200.json"
+RESULTS = results.path("matrix-h200")
 
 
 @dataclass(frozen=True)
 class Prediction:
     outcomes: frozenset[str]   # every outcome some schedule of the replays produced
     simulated: str             # the replay as the profile times it
-    outcome: str               # the verdict (simlib.verdict): ``unordered`` where the checker finds a race
+    outcome: str               # the verdict (simlib.checker.verdict): ``unordered`` where the checker finds a race
     rules: tuple[str, ...]     # checker findings, as "rule N (code)"
     schedules: str             # which schedule gives which outcome (exploration.describe())
 
@@ -137,7 +138,7 @@ class GalleryRow:
         return self.gpu or (NOT_RUN if not self.ran else "no result (the child died)")
 
 
-def gallery_rows(path: Path = CORPUS_RESULTS) -> list[GalleryRow]:
+def gallery_rows(path: Path = results.path("corpus-h200")) -> list[GalleryRow]:
     """One row per gallery program (each case's hazard, then its fix), with its twin's H200 truth."""
     corpus = load_corpus_results(Path(path))   # None: no corpus run yet; a bad file raises a one-line ValueError
     out = []
@@ -147,7 +148,7 @@ def gallery_rows(path: Path = CORPUS_RESULTS) -> list[GalleryRow]:
             found = list(schedules.races(run.result.trace))
             if found:   # a race would make the prediction a set of schedules: explore them first
                 raise ValueError(f"gallery program {run.name} has a race ({found[0]}); its row needs "
-                                 "simlib.schedules.explore, not one run")
+                                 "simlib.engine.schedules.explore, not one run")
             twin = corpus.twin(run.name) if corpus else None
             possible = {run.outcome} | ({CORRECT} if case.reuse_decides and not fixed else set())
             out.append(GalleryRow(run.name, frozenset(possible),

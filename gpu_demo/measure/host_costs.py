@@ -4,7 +4,7 @@ An eager forward is host-bound: the GPU waits while Python, the dispatcher and
 the CUDA runtime issue one op after another. ``python -m gpu_demo bench
 --host-costs`` profiles a few eager forwards of the bench's eager variant with
 ``torch.profiler`` and splits the host's time into what the simulator's eager
-program (``simlib.eager_program``) charges:
+program (``simlib.programs.eager_program``) charges:
 
 * every *top-level* aten op of the forward (one the module calls, not one
   that another op calls), in order, with its kind (``KINDS``), role, the
@@ -40,7 +40,7 @@ from gpu_demo.measure import profiling
 from gpu_demo.measure.benchmark import Bench, latency_stats
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record import annotate
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 FORWARD = "gpu_demo.eager_forward"   # the annotation around each profiled forward
 MODULE = "module: "                   # prefix of the annotation around each nn.Module call

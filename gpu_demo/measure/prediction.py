@@ -2,10 +2,10 @@
 
 For each configuration ``python -m gpu_demo bench`` timed (``results/
 bench-h200.json``), simlib simulates the same configuration with
-``simlib.profiles.H200`` and predicts what the CUDA events measured: for a
+``simlib.engine.profiles.H200`` and predicts what the CUDA events measured: for a
 graph, the device-side start of the replay plus the span from its first
 kernel's start to its last kernel's end; for eager, the wall time of one
-forward, which is host time: ``simlib.eager_program`` issues the real
+forward, which is host time: ``simlib.programs.eager_program`` issues the real
 module's ops at the host costs recorded in ``results/host-costs-h200.json``,
 and is compared with the eager time measured in that same run (the host's
 speed moves between sessions of the VM by more than the target). The target
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from gpu_demo.measure.provenance import RESULTS_DIR
-from simlib import eager_program, scenarios
-from simlib.latency import replay_timing
-from simlib.profiles import H200
-from simlib.spec import MoEConfig
-from simlib.timing import Profile
+from simlib.engine.profiles import H200
+from simlib.engine.timing import Profile
+from simlib.programs import eager_program, scenarios
+from simlib.programs.latency import replay_timing
+from simlib.programs.spec import MoEConfig
 
 BENCH = RESULTS_DIR / "bench-h200.json"
 HOST_COSTS = RESULTS_DIR / "host-costs-h200.json"

@@ -20,7 +20,7 @@ from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol import capture_replay
 from gpu_demo.record.capture import RECORDED_WARMUPS
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]
 

@@ -29,7 +29,7 @@ from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.child import Checkpoint
 from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
 from simlib.glossary import ILLEGAL_ADDRESS
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 VOCAB = 512
 DECODED = "decoded"

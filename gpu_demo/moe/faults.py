@@ -1,4 +1,4 @@
-"""The deliberate capture mistakes of ``simlib.spec.CAPTURE_FAULTS``.
+"""The deliberate capture mistakes of ``simlib.programs.spec.CAPTURE_FAULTS``.
 
 Each is made for real, between the two branches of an otherwise correct
 capture (``shared_first``), so the error comes from CUDA or PyTorch exactly as

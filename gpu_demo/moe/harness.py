@@ -34,7 +34,7 @@ from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.protocol.capture_replay import replay_and_compare
 from gpu_demo.protocol.child import Checkpoint, run_in_child
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 HARNESS_ERROR = "harness_error"
 """Not a capture outcome: the case's process ended without writing a result."""

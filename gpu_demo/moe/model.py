@@ -40,11 +40,11 @@ from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record import annotate
 from gpu_demo.record.annotate import ALT, MAIN, label, role
 from gpu_demo.record.dry_run import is_capturing
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 
 def dispose_tensor(x: torch.Tensor, kind: str = "set_empty") -> None:
-    """Free ``x``'s memory early, on the host (``simlib.spec.DISPOSE_KINDS``).
+    """Free ``x``'s memory early, on the host (``simlib.programs.spec.DISPOSE_KINDS``).
 
     No kernel runs, and every later launch that takes ``x`` freezes what is left:
     ``set_empty`` (SGLang) repoints ``x`` at an empty storage: 0 elements,

@@ -8,7 +8,7 @@ from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
 from gpu_demo.record import annotate
 from gpu_demo.record.capture import record_capture
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 from simlib.trace import Trace
 
 

@@ -1,4 +1,4 @@
-"""Torch-side settings a run needs beyond ``simlib.spec.MoEConfig``.
+"""Torch-side settings a run needs beyond ``simlib.programs.spec.MoEConfig``.
 
 ``MoEConfig`` describes the scenario and is shared with the simulator, so it
 knows nothing about torch. What only a real run needs (the dtype, the device,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from simlib.errors import StorageNotAllocated
+from simlib.engine.errors import StorageNotAllocated
 from simlib.glossary import ILLEGAL_ADDRESS, SHAPE_MISMATCH, capture_error
 
 _ENUM_IN_MESSAGE = re.compile(r"\b(cudaError[A-Za-z]+)\b")

@@ -1,7 +1,7 @@
 """Where a result came from: GPU, driver, library versions, date and command.
 
 Deliberately without the host name. Written into every results file, each in
-``RESULTS_DIR`` (``gpu_demo/results``, shipped with the package).
+``RESULTS_DIR`` (``gpu_demo.results``, shipped with the package).
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import datetime
 import platform
 import shlex
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import torch
 
-RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
+from gpu_demo.results import RESULTS_DIR
+
+__all__ = ["RESULTS_DIR", "provenance"]
 
 
 def _driver_version() -> str | None:

@@ -49,7 +49,7 @@ from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
 from gpu_demo.protocol.serving import serve
 from gpu_demo.protocol.tolerance import DTYPES
 from gpu_demo.protocol.worker import warm_checks
-from simlib.glossary import CORRECT, badge
+from simlib.glossary import CORRECT, PASSED, badge
 
 PROGRAM = "gpu_demo.zoo.runner"
 RESULTS_FILE = RESULTS_DIR / "zoo-h200.json"
@@ -149,7 +149,7 @@ def clean(result: dict[str, Any]) -> bool:
     from before the whole-process column (no ``process``) is judged on the rest."""
     guard, process = result["guard"], result.get("process", {})
     return (not guard["findings"] and not guard["problem"] and guard["verdict"] == CORRECT
-            and result.get("guard_warm", "passed") == "passed" and result["truth"].get("outcome") == CORRECT
+            and result.get("guard_warm", PASSED) == PASSED and result["truth"].get("outcome") == CORRECT
             and not process.get("findings") and not process.get("problem"))
 
 

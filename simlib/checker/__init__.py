@@ -5,7 +5,8 @@ real PyTorch by gpu_demo) and returns one ``Finding`` per hazard: failed
 captures first, then by host step. It never needs the engine's objects: tensor
 ids, pointers, steps, graph edges and allocator blocks are all in the trace.
 One module per rule (``rule_*``), over one index of the trace (``index``); the
-findings and their report are in ``findings``.
+findings and their report are in ``findings``; every rule's number, code,
+severity and modes in one table, ``rules.RULES``.
 
 Rules (severity ``error``: wrong on every replay, or no graph at all;
 ``warning``: unordered, two accesses to the same memory that nothing orders):
@@ -117,8 +118,9 @@ from .rule_cross_rank import collective_mismatches, rank_of
 from .rule_frozen_host_value import frozen_host_values
 from .rule_frozen_state import frozen_state
 from .rule_input_rebuilt import rebuilt_inputs
+from .rules import CAPTURE_FAILED, RULES, Rule
 
-__all__ = ["ERROR", "WARNING", "Finding", "IncrementalChecker", "RankFinding", "check", "check_ranks",
+__all__ = ["ERROR", "RULES", "WARNING", "Finding", "IncrementalChecker", "RankFinding", "Rule", "check", "check_ranks",
            "format_rank_report", "format_report"]
 
 
@@ -132,7 +134,7 @@ def check(trace: Trace) -> list[Finding]:
         findings += frozen_host_values(calls, checker.index)
         findings += rebuilt_inputs(calls, checker.index)
     findings += checker.finish()
-    return sorted(findings, key=lambda f: (f.rule != 0, f.step, f.rule, f.label, f.pointers, f.why))
+    return sorted(findings, key=lambda f: (f.rule != CAPTURE_FAILED.number, f.step, f.rule, f.label, f.pointers, f.why))
 
 
 def check_ranks(traces: Sequence[Trace]) -> list[RankFinding]:

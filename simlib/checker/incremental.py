@@ -42,6 +42,7 @@ from .rule_host_mutation import host_mutations
 from .rule_input_rebuilt import rebuilt_inputs
 from .rule_races import races
 from .rule_stale_input import StaleInputs
+from .rules import FROZEN_STATE
 
 REFRESHES_KEPT = 1_000   # per graph awaiting its first replay: its inputs are named from the first few
 WINDOW = 60_000   # whole program: eager records kept for the next capture's checks (then the newest half)
@@ -151,7 +152,7 @@ class IncrementalChecker:
         named = with_inputs(records, gid)
         if named is records:
             return []
-        return [f for f in frozen_state(index_trace(Trace(records=named))) if f.rule == 7]
+        return [f for f in frozen_state(index_trace(Trace(records=named))) if f.rule == FROZEN_STATE.number]
 
     def _keep(self, r: Record, kind: type) -> None:
         """Whole program: what the next capture's checks and rule 7's first-replay checks read."""

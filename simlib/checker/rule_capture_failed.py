@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 from ..glossary import GRAPH_HOLDS, SHAPE_ERROR, capture_error, term
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Graph
+from .rules import CAPTURE_FAILED
 
 _CUDA_ERROR = re.compile(r"\b(cudaError[A-Za-z]+)\b")
 # error -> (what it means, how to fix it); others get the glossary's meaning
@@ -70,8 +71,8 @@ def capture_failed(g: Graph) -> Finding:
         seen = (f" The error you see is {SEEN_AS} (\"operation failed due to a previous error during "
                 f"capture\"): leaving `with torch.cuda.graph(...)`, capture_end raises it over this first "
                 f"error, which Python prints above it as its cause.")
-    return Finding(
-        0, "capture_failed", ERROR, end.step, f"graph {g.id}", (),
+    return CAPTURE_FAILED.finding(
+        end.step, f"graph {g.id}", (),
         f"The capture of graph {g.id} on stream {end.stream} failed at step {end.step} with "
         f"{end.error!r}: {meaning}.{seen} There is no graph: nothing was frozen and nothing replays, so "
         f"this report has no race or frozen-value finding for it.{cause}",

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..trace import Capture, Launch, SkippedLaunch, Trace
-from .findings import ERROR, Finding
+from .findings import Finding
+from .rules import COLLECTIVE_MISMATCH
 
 COLLECTIVE_PREFIX = "c10d."
 # Scalars that name where a collective goes (the grouping) or how the host waits for it:
@@ -139,8 +140,8 @@ def _compare(n: int, group: str, captures: dict[int, _CapturedCollectives | None
                 f"(graph {captures[first].graph}) holds {len(shown[first])} collective(s) on group {group!r}")
     else:
         what, step = _first_difference(group, sequences, captures)
-    return Finding(
-        rule=12, code="collective_mismatch", severity=ERROR, step=step,
+    return COLLECTIVE_MISMATCH.finding(
+        step=step,
         label=f"capture #{n}, group {group!r}, ranks {_ranks(ranks)}", pointers=(),
         why=(f"{what[0].upper()}{what[1:]}. Each replay pairs every rank's n-th collective with the n-th of its peers, so "
              "the replays wait for a partner that never comes (a hang) or reduce buffers that do not "

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..trace import DataPtr, Mutation, TensorId
-from .findings import ERROR, Finding, plural
+from .findings import Finding, plural
 from .index import CaptureUse, Graph, Index
+from .rules import EMPTY_ARGUMENT
 from .wording import capitalised, distinct, what_the_graph_holds
 
 
@@ -49,8 +50,8 @@ def empty_arguments(g: Graph, emptied: dict[TensorId, Emptied]) -> Iterator[Find
         through = f", through the view {arg.label!r}" if arg.tensor != owner else ""
         affected = distinct((u, u.args[i]) for u, i in e.uses)
         first = "it" if len(affected) == 1 else f"the first, {use.label!r},"
-        yield Finding(
-            2, "empty_argument", ERROR, use.step, e.label, (e.ptr, arg.ptr),
+        yield EMPTY_ARGUMENT.finding(
+            use.step, e.label, (e.ptr, arg.ptr),
             f"{e.label!r} held {e.numel} elements at {hex(e.ptr)} in the capture of graph {g.id} "
             f"(step {e.step}), but then {plural(len(affected), 'captured op')} got it empty or "
             f"null: {first} got {hex(arg.ptr)} with {arg.numel} elements{through}. "

@@ -6,9 +6,10 @@ from typing import Iterator
 
 from ..glossary import GRAPH_HOLDS, NULL_POINTER_NODE
 from ..trace import Arg, Launch, TensorId
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Graph
 from .rule_empty_argument import Emptied
+from .rules import EXTENT_EXCEEDS_STORAGE
 
 
 def short_extents(g: Graph, emptied: dict[TensorId, Emptied]) -> Iterator[Finding]:
@@ -36,8 +37,8 @@ def short_extents(g: Graph, emptied: dict[TensorId, Emptied]) -> Iterator[Findin
                          "next: a neighbouring tensor is silently corrupted"}
             what = (f"only {arg.storage_nbytes} bytes of storage lie behind that pointer, so every "
                     f"replay {past.get(arg.access, past['w'])}")
-        yield Finding(
-            6, "extent_exceeds_storage", ERROR, node.step, arg.label, (arg.ptr,),
+        yield EXTENT_EXCEEDS_STORAGE.finding(
+            node.step, arg.label, (arg.ptr,),
             f"{node.label!r} on {node.stream} (step {node.step}) was captured with {arg.label!r} at "
             f"{hex(arg.ptr)} and an extent of {arg.nbytes} bytes ({arg.numel} elements){more}, "
             f"but {what}.",

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 from ..memory import graph_pool
 from ..trace import Alloc, Arg, Capture, DataPtr, Free, GraphId, Launch, Record, Replay
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Graph, Index
 from .intervals import Intervals
+from .rules import FREED_UNDER_GRAPH
 
 User = tuple[Launch, Arg]
 
@@ -160,8 +161,8 @@ def _finding(g: Graph, waiting: _Waiting, replay: Replay | None) -> Finding:
                     f"and used it")
     else:
         replayed = f"every replay of graph {g.id} will use it"
-    return Finding(
-        10, "freed_under_graph", ERROR, free.step, free.label, (free.ptr,),
+    return FREED_UNDER_GRAPH.finding(
+        free.step, free.label, (free.ptr,),
         f"{free.label!r} ({free.nbytes} bytes at {hex(free.ptr)}, pool {free.pool}) was freed at step "
         f"{free.step} on stream {free.stream} {when}, but graph {g.id}'s node {node.label!r} on "
         f"{node.stream} (step {node.step}) {access} it. The block lies outside the graph's pool "

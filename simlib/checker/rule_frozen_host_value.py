@@ -6,8 +6,9 @@ from typing import Iterator
 
 from ..trace import Launch
 from .calls import CAPTURE, CallRecord, LaunchKey, earlier_eager_calls, read_shapes
-from .findings import ERROR, Finding, plural
+from .findings import Finding, plural
 from .index import Index
+from .rules import FROZEN_HOST_VALUE
 
 
 def frozen_host_values(calls: list[CallRecord], index: Index) -> Iterator[Finding]:
@@ -53,8 +54,8 @@ def _finding(gid: int, site: str, name: str, hits: list[tuple[Launch, list[str]]
     n = len(hits) - 1
     more = f" The same holds for {n} more launch{'es' if n > 1 else ''} of that call site." if n else ""
     earlier = ", ".join(dict.fromkeys(seen))
-    return Finding(
-        8, "frozen_host_value", ERROR, node.step, f"{node.label}: {name}", (),
+    return FROZEN_HOST_VALUE.finding(
+        node.step, f"{node.label}: {name}", (),
         f"{node.label!r} on {node.stream} at step {node.step}{where} was captured into graph {gid} "
         f"with the host value {name}={frozen}, but the same launch got {name}={earlier} in the "
         f"{plural(len(seen), 'earlier call')} before the capture's call (call {capture.index}): "

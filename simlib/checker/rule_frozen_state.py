@@ -9,9 +9,10 @@ from typing import Iterator
 
 from ..glossary import GRAPH_HOLDS, NO_NODE
 from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Mutation, SkippedLaunch, TensorId
-from .findings import ERROR, Finding, plural
+from .findings import Finding, plural
 from .index import Graph, Index
 from .intervals import Intervals
+from .rules import FROZEN_STATE
 from .wording import consumer_name, shape_text
 
 # Ops that read only the shape of a template argument (``torch.ones_like(x)``): they derive
@@ -155,8 +156,8 @@ def _frozen(g: Graph, warm: _Derived | None, block: tuple[DataPtr, DataPtr],
     skipped = min((u for _, u in skips.at.overlapping(lo, hi) if u.step < reader.step),
                   key=lambda u: u.step, default=None)
     w = warm.writer
-    return Finding(
-        7, "frozen_state", ERROR, reader.step, arg.label, (lo,),
+    return FROZEN_STATE.finding(
+        reader.step, arg.label, (lo,),
         f"graph {g.id} reads {arg.label!r} at [{hex(lo)}, +{hi - lo} bytes) ({reader.label!r} on "
         f"{reader.stream}, step {reader.step}{more}), but no captured node writes it: every replay "
         f"reads what the warm-up left there. {w.label!r} on {w.stream} wrote it eagerly at step "

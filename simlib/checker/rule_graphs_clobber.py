@@ -30,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..trace import Alloc, Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Graph, Index
 from .intervals import Intervals
+from .rules import GRAPHS_CLOBBER
 
 Access = tuple[Launch, Arg]
 
@@ -198,8 +199,8 @@ def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Fi
         by = f"graph {graph}'s next replay (its node {reader.label!r}, reading its own state back)"
     else:
         by = f"graph {graph}'s node {reader.label!r}, on a replay,"
-    return Finding(
-        11, "graphs_clobber", ERROR, c.replay.step, a_arg.label, tuple(sorted({a_arg.ptr, b_arg.ptr})),
+    return GRAPHS_CLOBBER.finding(
+        c.replay.step, a_arg.label, tuple(sorted({a_arg.ptr, b_arg.ptr})),
         f"Graph {c.victim}'s node {a_node.label!r} writes its result {a_arg.label!r} at "
         f"[{hex(a_arg.ptr)}, +{a_arg.nbytes} bytes), and graph {c.graph}'s node {b_node.label!r} writes "
         f"{b_arg.label!r} at [{hex(b_arg.ptr)}, +{b_arg.nbytes} bytes), over it: the replay of graph "

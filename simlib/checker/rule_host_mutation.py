@@ -7,8 +7,9 @@ from collections import defaultdict
 from typing import Iterator
 
 from ..trace import Arg, HostRead, Mutation, Record, TensorId, View
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Graph, Index
+from .rules import HOST_MUTATION
 from .wording import Consumer, what_the_graph_holds
 
 
@@ -31,8 +32,8 @@ def host_mutations(g: Graph, index: Index) -> Iterator[Finding]:
         if not affected:
             continue
         reason = f" ({m.why})" if m.why else ""
-        yield Finding(
-            1, "host_mutation", ERROR, m.step, m.label, (m.old_ptr, m.new_ptr),
+        yield HOST_MUTATION.finding(
+            m.step, m.label, (m.old_ptr, m.new_ptr),
             f"{m.op} at step {m.step}{reason} changed {m.label!r} on the host from "
             f"{hex(m.old_ptr)} ({m.old_numel} elements) to {hex(m.new_ptr)} ({m.new_numel} "
             f"elements) while graph {g.id} was being captured. Replays never rerun host code, so "

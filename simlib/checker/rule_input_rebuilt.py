@@ -6,8 +6,9 @@ from typing import Iterator
 
 from ..trace import Arg, Launch, TensorId
 from .calls import CAPTURE, CallRecord, earlier_eager_calls
-from .findings import ERROR, Finding, plural
+from .findings import Finding, plural
 from .index import Index
+from .rules import INPUT_REBUILT
 
 H2D = "h2d"
 
@@ -54,8 +55,8 @@ def _finding(hits: list[tuple[Launch, Arg, Launch, list[CallRecord]]]) -> Findin
     more = f" ({plural(len(hits) - 1, 'more captured read')} of it too)" if len(hits) > 1 else ""
     copy = "captured as a node that re-reads the host buffer of the capture" if writer.graph is not None \
         else "made before the capture began"
-    return Finding(
-        9, "input_rebuilt", ERROR, node.step, arg.label, (arg.ptr,),
+    return INPUT_REBUILT.finding(
+        node.step, arg.label, (arg.ptr,),
         f"{node.label!r} on {node.stream} at step {node.step} reads {arg.label!r} at {hex(arg.ptr)}, "
         f"which the host copied from host memory in the capture's call ({writer.label!r} at step "
         f"{writer.step}, {copy}){more}. In the {plural(len(earlier), 'earlier call')} that launch "

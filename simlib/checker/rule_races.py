@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..trace import Arg, DataPtr, Free, Launch
-from .findings import WARNING, Finding
+from .findings import Finding
 from .index import Graph
+from .rules import CROSS_STREAM_RACE, REUSE_AFTER_FREE
 from .wording import byte_range, verb
 
 
@@ -116,8 +117,8 @@ def _free_between(frees: list[Free], steps: list[int], after: int, before: int,
 
 def _race(g: Graph, a: Launch, arg_a: Arg, b: Launch, arg_b: Arg) -> Finding:
     label = arg_a.label if arg_a.writes else arg_b.label
-    return Finding(
-        3, "cross_stream_race", WARNING, b.step, label, tuple(sorted({arg_a.ptr, arg_b.ptr})),
+    return CROSS_STREAM_RACE.finding(
+        b.step, label, tuple(sorted({arg_a.ptr, arg_b.ptr})),
         f"{a.label!r} on stream {a.stream} {verb(arg_a)} {arg_a.label!r} at {byte_range(arg_a)} and "
         f"{b.label!r} on stream {b.stream} {verb(arg_b)} {arg_b.label!r} at {byte_range(arg_b)}, "
         f"overlapping addresses, and no path in graph {g.id} orders the two: on replay they may "
@@ -129,8 +130,8 @@ def _race(g: Graph, a: Launch, arg_a: Arg, b: Launch, arg_b: Arg) -> Finding:
 
 def _reuse(g: Graph, free: Free, a: Launch, arg_a: Arg, b: Launch, arg_b: Arg, pairs: int) -> Finding:
     more = f" ({pairs} such pairs of launches)" if pairs > 1 else ""
-    return Finding(
-        4, "reuse_after_free", WARNING, free.step, free.label, (free.ptr,),
+    return REUSE_AFTER_FREE.finding(
+        free.step, free.label, (free.ptr,),
         f"{free.label!r} ({free.nbytes} bytes at {hex(free.ptr)}) was freed at step {free.step} "
         f"while graph {g.id} was being captured, and the graph's pool {free.pool} handed the "
         f"block out again: at step {b.step}, {b.label!r} on stream {b.stream} {verb(arg_b)} "

@@ -7,8 +7,9 @@ the end (``finish``), one per input, counting every replay that found it stale.
 from __future__ import annotations
 
 from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
-from .findings import ERROR, Finding
+from .findings import Finding
 from .index import Index
+from .rules import STALE_INPUT
 
 
 class StaleInputs:
@@ -55,8 +56,8 @@ class StaleInputs:
 
 def _finding(gid: GraphId, p: DataPtr, label: str, found: list[Replay], replays: int) -> Finding:
     first = found[0]
-    return Finding(
-        5, "stale_input", ERROR, first.step, label, (p,),
+    return STALE_INPUT.finding(
+        first.step, label, (p,),
         f"graph {gid} reads its static input {label!r} at {hex(p)}, but {len(found)} of its "
         f"{replays} replays (first at step {first.step}, replay #{first.index}) ran with "
         f"no eager write into it since the capture ended or the previous replay: they "

@@ -8,10 +8,10 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from simlib import scenarios
 from simlib.export import GPU_PID, HOST_PID, to_chrome_trace, write_chrome_trace
-from simlib.spec import MoEConfig
-from simlib.trace import DeviceSpan, Launch, Mutation, Replay, Trace
+from simlib.programs import scenarios
+from simlib.programs.spec import MoEConfig
+from simlib.trace import Call, DeviceSpan, Launch, Mutation, Replay, Trace
 
 EPS = 1e-6
 REQUIRED = {
@@ -118,7 +118,7 @@ def test_every_kernel_run_is_one_slice_with_a_flow_from_its_host_step():
 
 def test_host_track_has_one_slice_per_host_step():
     trace, doc = export("silent")
-    steps = {r.step for r in trace.records if not isinstance(r, DeviceSpan)}
+    steps = {r.step for r in trace.records if not isinstance(r, (DeviceSpan, Call))}   # a call is a mark
     host = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == HOST_PID]
     assert sorted(e["args"]["step"] for e in host) == sorted(steps)
     sync = next(e for e in host if e["name"] == "synchronize")
@@ -159,7 +159,7 @@ def test_mutations_captures_replays_and_faults_are_instants():
     trace, doc = export("fault")
     instants = Counter(e["cat"] for e in doc["traceEvents"] if e["ph"] == "i")
     assert instants == {"mutation": sum(1 for _ in trace.of(Mutation)), "capture": 2,
-                        "replay": sum(1 for _ in trace.of(Replay)), "fault": 1}
+                        "replay": sum(1 for _ in trace.of(Replay)), "fault": 1, "call": sum(1 for _ in trace.of(Call))}
     dispose = next(e for e in doc["traceEvents"] if e["ph"] == "i" and e["cat"] == "mutation"
                    and e["args"]["graph"] == 0)
     assert dispose["name"] == "set_ x" and dispose["args"]["new_ptr"] == "0x0"

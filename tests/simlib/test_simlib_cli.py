@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from simlib import scenarios
 from simlib.__main__ import main
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, UNORDERED, words
-from simlib.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
+from simlib.programs import scenarios
+from simlib.programs.spec import CAPTURE_FAULTS, DISPOSE_POLICIES, INPUT_MODES, ORDERS, ROUTED_STREAMS, SHARED_MODES, MoEConfig
 
 
 def cli(capsys, *argv: str) -> tuple[int, str, str]:

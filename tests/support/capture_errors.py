@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 from simlib import StreamCaptureInvalidated
-from simlib.errors import first_error
+from simlib.engine.errors import first_error
 
 
 @contextmanager

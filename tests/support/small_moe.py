@@ -10,7 +10,7 @@ import torch
 from gpu_demo.moe.record import record_moe
 from gpu_demo.moe.settings import RunSettings
 from simlib.checker import check
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 from simlib.trace import Launch, Trace
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpu_demo.cli.main import _config, build_parser, main  # noqa: E402
-from simlib.spec import MoEConfig  # noqa: E402
+from simlib.programs.spec import MoEConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -16,7 +16,7 @@ from gpu_demo.protocol.capture_replay import capture, warm_up
 from gpu_demo.record.capture import record_capture
 from simlib.checker import check
 from simlib.glossary import CORRECT, SILENT_WRONG
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 pytestmark = pytest.mark.gpu
 ONE = TensorParallel(0, 1)

@@ -26,7 +26,7 @@ from gpu_demo.protocol.child import run_in_child
 from gpu_demo.protocol.metric import output_error
 from gpu_demo.protocol.tolerance import tolerance_for
 from simlib.checker import ERROR, WARNING, Finding, check
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 from simlib.trace import Trace
 
 SMALL = MoEConfig(tokens=4, hidden=32, intermediate=64, experts=4)

@@ -17,7 +17,7 @@ from gpu_demo.protocol import capture_replay
 from gpu_demo.protocol.capture_replay import ReplayEvidence, replay_and_compare
 from gpu_demo.record.capture import record_capture
 from simlib.checker import WARNING, Finding
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 RACE = Finding(3, "cross_stream_race", WARNING, 1, "x", (), "why", "fix")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from gpu_demo.measure import conformance, prediction
+from simlib.engine.profiles import H200
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, UNORDERED
-from simlib.profiles import H200
-from simlib.spec import MATRIX, MoEConfig
+from simlib.programs.spec import MATRIX, MoEConfig
 
 RESULTS = Path(__file__).resolve().parents[3] / "gpu_demo" / "results"
 
@@ -162,7 +162,7 @@ def corpus_results(path: Path, truths: dict[str, str | None]) -> Path:
 
 
 def test_every_gallery_program_has_a_row_hazard_then_fix():
-    from simlib.gallery import CASES
+    from simlib.programs.gallery import CASES
 
     names = [r.name for r in conformance.gallery_rows()]
     assert names == [n for c in CASES.values() for n in (c.name, c.fix)]
@@ -197,7 +197,7 @@ def test_every_gallery_twin_the_h200_ran_agrees_with_the_simulator():
 
 def test_every_gallery_program_has_its_pytorch_twin_in_the_corpus():
     from gpu_demo import corpus
-    from simlib.gallery import CASES
+    from simlib.programs.gallery import CASES
 
     names = [n for c in CASES.values() for n in (c.name, c.fix)]
     assert [n for n in names if n not in corpus.PROGRAMS] == []

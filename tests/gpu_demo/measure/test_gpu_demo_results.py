@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 
 from simlib.glossary import CAPTURE_ERROR_PREFIX, CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, UNORDERED
-from simlib.spec import MATRIX, MoEConfig
+from simlib.programs.spec import MATRIX, MoEConfig
 
 RESULTS = Path(__file__).resolve().parents[3] / "gpu_demo" / "results"
 PROVENANCE = {"gpu", "driver", "cuda_runtime", "torch", "triton", "python", "date_utc", "command"}

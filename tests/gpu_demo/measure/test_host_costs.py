@@ -116,7 +116,7 @@ def test_a_profile_without_forwards_says_how_to_mark_them():
 def test_the_real_module_profiled_on_the_cpu():
     from gpu_demo.measure.host_costs import run_host_costs
     from gpu_demo.moe.settings import RunSettings
-    from simlib.spec import MoEConfig
+    from simlib.programs.spec import MoEConfig
 
     config = MoEConfig(tokens=4, hidden=64, intermediate=128, experts=4, top_k=2)
     costs = run_host_costs(config, RunSettings(device="cpu", dtype="float32"), profiled=3, timed=5)

@@ -16,7 +16,7 @@ from gpu_demo.moe.record import record_moe  # noqa: E402
 from gpu_demo.moe.settings import RunSettings  # noqa: E402
 from gpu_demo.protocol import capture_replay  # noqa: E402
 from gpu_demo.protocol.metric import relative_error  # noqa: E402
-from simlib.spec import MoEConfig  # noqa: E402
+from simlib.programs.spec import MoEConfig  # noqa: E402
 from simlib.trace import Mutation  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -11,7 +11,7 @@ from gpu_demo.moe.kernels import swiglu
 from gpu_demo.moe.model import MoEStack, dispose_tensor
 from gpu_demo.protocol.metric import relative_error
 from gpu_demo.record.dry_run import dry_capture
-from simlib.spec import MoEConfig
+from simlib.programs.spec import MoEConfig
 
 
 def test_grouped_routed_experts_match_a_per_token_loop():

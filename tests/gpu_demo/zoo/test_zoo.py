@@ -20,10 +20,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gpu_demo import zoo  # noqa: E402
-from gpu_demo.guard.check import NOT_ON_GPU, check_capture  # noqa: E402
+from gpu_demo.guard.check import check_capture  # noqa: E402
 from gpu_demo.record.capture import record_capture  # noqa: E402
 from gpu_demo.zoo import runner  # noqa: E402
 from simlib.checker import check, format_report  # noqa: E402
+from simlib.glossary import NOT_ON_GPU  # noqa: E402
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 CPU = torch.device("cpu")

@@ -1,0 +1,152 @@
+"""Self-checks for the predict-then-run exercises of ``notebooks/07-gallery.ipynb``.
+
+    from simlib.tutorial import gallery_lab
+    answer_1 = "scale@5"               # the learner's prediction
+    gallery_lab.check(1, answer_1)
+
+The same coaching as notebook 06's lab (``simlib.tutorial.workbook.Workbook``): a placeholder
+prints "not answered yet", a wrong answer raises ``WrongAnswer`` with a hint and
+the section to read (no traceback), a right one says why, with the simulator's
+evidence. The reference answers are read off the gallery's simulated runs.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from ..checker.rules import FREED_UNDER_GRAPH, FROZEN_HOST_VALUE, GRAPHS_CLOBBER, INPUT_REBUILT
+from ..engine.values import Call, Sym
+from ..glossary import CORRECT, SILENT_WRONG
+from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, shared_pool_what_if
+from ..programs.harness import Replayed
+from .workbook import Exercise, Workbook, record_answer, word_answer
+
+SCALES = ("scale@1", "scale@2", "scale@3", "scale@5")
+ASKED_REPLAY = 5                     # exercise 1 asks about the replay that stands for call 5
+ORDERS = {"read_later": READ_LATER, "read_at_once": READ_AT_ONCE}
+RULE_CODES = tuple(r.code for r in (FROZEN_HOST_VALUE, INPUT_REBUILT, FREED_UNDER_GRAPH, GRAPHS_CLOBBER))
+FREED_CASES = ("buffer_rebound", "workspace_freed_in_capture", "workspace_resized_under_graph")
+
+READ = {
+    "scalar": "notebook 07-gallery, section '1. A host scalar frozen into the graph'",
+    "pool": "notebook 07-gallery, section '6. Two graphs in one pool'",
+    "freed": "notebook 07-gallery, sections '3. A buffer re-bound every call', '4. A workspace freed "
+             "inside capture' and '5. A workspace resized under a graph'",
+}
+
+
+# --------------------------------------------------------------------------- 1 scalar
+@cache
+def _scalar_replay() -> Replayed:
+    """The replay of ``host_scalar_frozen`` that stands for call 5."""
+    return next(r for r in CASES["host_scalar_frozen"].run().replays if r.call == ASKED_REPLAY)
+
+
+def _solve_scalar() -> str:
+    """The ``scale@k`` symbol among the arguments of what that replay computed."""
+    got = _scalar_replay().got
+    args = got.args if isinstance(got, Call) else ()
+    (scale,) = [a.name for a in args if isinstance(a, Sym) and a.name.startswith("scale@")]
+    return scale
+
+
+def _right_scalar(scale: str) -> str:
+    got, want = _scalar_replay().got, _scalar_replay().want
+    return (f"{scale}: the capture's call was call {scale.removeprefix('scale@')} (two warm-ups, then the "
+            "capture). A launch reads its scalar arguments on the host when it is issued, like its "
+            "pointers, and the graph keeps that value: a replay runs no host code, so whatever the host "
+            f"holds now never reaches it.\n  replay: {got}\n  eager:  {want}\n"
+            "The checker's rule 8 (frozen_host_value) sees the value change over the warm-up calls and "
+            "the capture's call.")
+
+
+def _wrong_scalar(given: str, _: str) -> str:
+    if given == f"scale@{ASKED_REPLAY}":
+        return (f"the host holds scale@{ASKED_REPLAY} now, and eager uses it. Does a replay run "
+                "the module's Python code, and when was the all-reduce's scalar argument read?")
+    return (f"{given} is the value of a warm-up call. The graph holds what one call launched: which call "
+            "was the capture?")
+
+
+# --------------------------------------------------------------------------- 2 pool
+def _solve_pool() -> dict[str, str]:
+    return {key: shared_pool_what_if(order).outcome for key, order in ORDERS.items()}
+
+
+_POOL_HINTS = {
+    "read_later": "read_later: the bs2 graph was captured into the bs1 graph's pool after the bs1 output "
+                  "was kept only as a weak reference. Where may that capture put its own output, and "
+                  "what do the bs1 output's bytes hold after the bs2 replay?",
+    "read_at_once": "read_at_once: each output is read right after its own replay. Does any other replay "
+                    "write that memory between a replay and its read?",
+}
+
+
+def _right_pool(expected: dict[str, str]) -> str:
+    lines = [f"  {shared_pool_what_if(order).summary()}" for order in ORDERS.values()]
+    fixed = shared_pool_what_if(READ_LATER, copied_out=True).summary()
+    return ("The same graphs, the same pool; only the host's order of replays and reads differs:\n"
+            + "\n".join(lines) + f"\nThe fix copies each output out before another graph replays:\n  {fixed}")
+
+
+def _wrong_pool(given: dict[str, str], expected: dict[str, str]) -> str:
+    off = [k for k in ORDERS if given[k] != expected[k]]
+    return f"{len(off)} of 2 wrong ({', '.join(off)}).\n" + "\n".join(f"  {_POOL_HINTS[k]}" for k in off)
+
+
+# --------------------------------------------------------------------------- 3 freed
+@cache
+def _freed_rules() -> dict[str, tuple[str, ...]]:
+    return {name: tuple(CASES[name].run().rules) for name in FREED_CASES}
+
+
+def _solve_freed() -> dict[str, str]:
+    return {name: rules[0] for name, rules in _freed_rules().items()}
+
+
+_FREED_HINTS = {
+    "buffer_rebound": "buffer_rebound: the capture's copy read the tensor the attribute named then. What "
+                      "happened to that tensor when the attribute was re-bound, while the capture went on?",
+    "workspace_freed_in_capture": "workspace_freed_in_capture: the workspace was allocated before the "
+                                  "capture. Whose pool does its block go back to when the plugin deletes "
+                                  "it, and who reads that block in every replay?",
+    "workspace_resized_under_graph": "workspace_resized_under_graph: resize_ moves the workspace to a new "
+                                     "block. What does the graph captured before it still point at?",
+}
+
+
+def _right_freed(expected: dict[str, str]) -> str:
+    return ("Three stories, one rule: in each, a block a graph reads was freed outside the graph's pool "
+            "while the graph lives on, and the allocator handed it to someone else.\n"
+            + "\n".join(f"  {name}: {', '.join(rules)}" for name, rules in _freed_rules().items())
+            + "\nThe fix is the same too: keep what a graph reads alive, in place, as long as the graph.")
+
+
+def _wrong_freed(given: dict[str, str], expected: dict[str, str]) -> str:
+    off = [n for n in FREED_CASES if given[n] != expected[n]]
+    return f"{len(off)} of 3 wrong ({', '.join(off)}).\n" + "\n".join(f"  {_FREED_HINTS[n]}" for n in off)
+
+
+EXERCISES: dict[int, Exercise] = {
+    1: Exercise("Which scale does a replay use?", "scalar", word_answer(SCALES, "answer_1"),
+                _solve_scalar, _wrong_scalar, _right_scalar),
+    2: Exercise("Two graphs in one pool: read later, or at once?", "pool",
+                record_answer({k: word_answer((CORRECT, SILENT_WRONG), k) for k in ORDERS}),
+                _solve_pool, _wrong_pool, _right_pool),
+    3: Exercise("Which rule names the freed block?", "freed",
+                record_answer({n: word_answer(RULE_CODES, n) for n in FREED_CASES}),
+                _solve_freed, _wrong_freed, _right_freed),
+}
+
+GALLERY_LAB = Workbook("the gallery", EXERCISES, READ, frozenset(SCALES))
+
+
+def expected(number: int) -> Any:
+    """The reference answer of gallery exercise ``number``, read off a simulation."""
+    return GALLERY_LAB.expected(number)
+
+
+def check(number: int, answer: Any) -> None:
+    """Print whether ``answer`` is right; raise ``WrongAnswer`` (with a hint) if it is not."""
+    GALLERY_LAB.check(number, answer)

@@ -1,0 +1,118 @@
+"""The harness for hand-written programs: the README's example in under 20 lines, every outcome word,
+and several graphs in one session."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from simlib.engine.tensor import raw
+from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, term
+from simlib.programs.harness import Program, Session, run_program
+
+README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+
+
+def readme_example() -> str:
+    block = README.split("<!-- own-program:start", 1)[1].split("<!-- own-program:end -->", 1)[0]
+    return re.search(r"```python\n(.*?)```", block, re.DOTALL).group(1)
+
+
+def test_the_readme_example_runs_in_under_20_lines_and_prints_what_it_says():
+    code = readme_example()
+    lines = [line for line in code.splitlines() if line.strip()]
+    assert len(lines) < 20, f"the README's example has {len(lines)} lines; the promise is under 20"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README example", "exec"), {})
+    promised = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(")]
+    assert out.getvalue().splitlines() == promised
+
+
+def scaled(scale_in_tensor: bool):
+    def build(rt):
+        x, scale = rt.empty((8,), "x"), rt.empty((1,), "scale")
+        state = {}
+        def feed(k):
+            x.copy_(rt.from_host((8,), f"x{k}", value=f"x{k}"))
+            state["scale"] = f"scale@{k}"
+            if scale_in_tensor:
+                scale.copy_(rt.from_host((1,), "scale_host", value=state["scale"]))
+        def forward():
+            if scale_in_tensor:
+                return rt.op("mul", x, scale, out_shape=(8,))
+            return rt.op("mul", x, out_shape=(8,), scalars={"scale": state["scale"]})
+        return Program(forward, feed, [x, scale] if scale_in_tensor else [x])
+    return build
+
+
+def test_the_fix_keeps_the_scale_in_a_tensor_fed_every_call():
+    bad, good = run_program(scaled(False)), run_program(scaled(True))
+    assert bad.outcome == SILENT_WRONG and [f.rule for f in bad.findings()] == [8]
+    assert good.outcome == CORRECT and good.findings() == [] and len(good.replays) == 3
+    assert str(good.replays[-1].got) == "mul(x6, scale@6)"
+
+
+def test_a_raw_kernel_reading_a_disposed_input_faults_on_replay():
+    def build(rt):
+        x = rt.empty((8,), "x")
+        def forward():
+            h = rt.op("norm", x, out_shape=(8,))
+            y = rt.empty((8,), "y")
+            if rt.is_current_stream_capturing():
+                rt.set_(h, None, why="dispose")
+            rt.launch("triton", reads=[raw(h, 8)], writes=[y])
+            return y
+        return Program(forward, lambda k: x.copy_(rt.from_host((8,), f"x{k}", value=f"x{k}")), [x])
+    result = run_program(build)
+    assert result.outcome == ILLEGAL_ADDRESS and result.replays == []
+
+
+@pytest.mark.parametrize("where, outcome", [("warmup", "warmup_error:shape_mismatch"),
+                                            ("feed", "host_error:ZeroDivisionError"),
+                                            ("capture", "capture_error:cudaErrorStreamCaptureUnsupported")])
+def test_errors_have_outcome_words(where, outcome):
+    def build(rt):
+        x, y = rt.empty((8,), "x"), rt.empty((4,), "y")
+        calls = []
+        def feed(k):
+            calls.append(k)
+            if where == "feed" and k == 4:
+                1 / 0
+        def forward():
+            if where == "warmup":
+                rt.add(x, y)
+            if where == "capture" and rt.is_current_stream_capturing():
+                rt.synchronize()
+            return rt.op("f", x, out_shape=(8,))
+        return Program(forward, feed, [x])
+    result = run_program(build)
+    assert result.outcome == outcome and result.error is not None
+    assert term(outcome).meaning
+    if where == "capture":        # what the user sees, with the first error as its cause
+        assert result.error.code == "cudaErrorStreamCaptureInvalidated"
+
+
+def test_a_build_must_return_programs():
+    with pytest.raises(TypeError, match="must return a Program"):
+        Session(lambda rt: None)
+    with pytest.raises(ValueError, match="several graphs"):
+        Session(lambda rt: {"a": Program(lambda: rt.empty((1,))), "b": Program(lambda: rt.empty((1,)))}).capture()
+
+
+def test_a_deferred_read_reads_the_output_when_asked():
+    def build(rt):
+        x = rt.empty((8,), "x")
+        return Program(lambda: rt.op("f", x, out_shape=(8,)),
+                       lambda k: x.copy_(rt.from_host((8,), f"x{k}", value=f"x{k}")), [x])
+    session = Session(build)
+    session.warm_up(calls=1)
+    session.capture()
+    later = session.replay(read=False)
+    session.replay()
+    seen = later()
+    assert (seen.call, str(seen.got), str(seen.want)) == (3, "f(x4)", "f(x3)")   # the static output moved on

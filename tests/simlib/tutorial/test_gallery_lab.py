@@ -1,0 +1,96 @@
+"""The gallery's self-checks coach like the lab's: unanswered prints, wrong raises with a hint, right explains."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from ipython_shown import tracebacks_shown
+
+from simlib.programs.gallery import CASES
+from simlib.tutorial import gallery_lab
+from simlib.tutorial.workbook import WrongAnswer
+
+NOTEBOOK = Path(__file__).resolve().parents[3] / "notebooks" / "07-gallery.ipynb"
+
+# One concrete wrong answer per exercise, and what its hint must talk about.
+WRONG = {
+    1: ("scale@5", "replay run"),
+    2: ({"read_later": "correct", "read_at_once": "correct"}, "weak reference"),
+    3: ({"buffer_rebound": "input_rebuilt", "workspace_freed_in_capture": "freed_under_graph",
+         "workspace_resized_under_graph": "graphs_clobber"}, "resize_"),
+}
+
+
+@pytest.mark.parametrize("number", sorted(gallery_lab.EXERCISES))
+@pytest.mark.parametrize("blank", [..., None])
+def test_an_unanswered_placeholder_prints_not_answered_yet(number, blank, capsys):
+    assert gallery_lab.check(number, blank) is None
+    assert "not answered yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("number", sorted(gallery_lab.EXERCISES))
+def test_the_reference_answer_passes_and_says_why(number, capsys):
+    gallery_lab.check(number, gallery_lab.expected(number))
+    out = capsys.readouterr().out
+    assert f"Exercise {number}" in out and ": right." in out and len(out) > 200
+
+
+@pytest.mark.parametrize("number, answer, topic", [(n, *WRONG[n]) for n in sorted(WRONG)])
+def test_a_wrong_answer_raises_with_a_hint_and_where_to_read(number, answer, topic):
+    with pytest.raises(WrongAnswer, match=rf"^Exercise {number} \(.*\): not yet\. ") as err:
+        gallery_lab.check(number, answer)
+    assert topic in str(err.value) and "\nRead: notebook 07-gallery, section" in str(err.value)
+
+
+def test_the_answers_are_read_off_the_simulated_cases():
+    replay = next(r for r in CASES["host_scalar_frozen"].run().replays if r.call == 5)
+    assert f"all_reduce(x5, {gallery_lab.expected(1)})" == str(replay.got) != str(replay.want)
+    assert gallery_lab.expected(2) == {"read_later": "silent_wrong", "read_at_once": "correct"}
+    assert set(gallery_lab.expected(3).values()) == {"freed_under_graph"}
+
+
+def test_a_wrong_answer_names_only_what_is_wrong_and_gives_nothing_away():
+    with pytest.raises(AssertionError) as err:
+        gallery_lab.check(3, WRONG[3][0])
+    message = str(err.value)
+    assert "2 of 3 wrong (buffer_rebound, workspace_resized_under_graph)" in message
+    assert "freed_under_graph" not in message and "workspace_freed_in_capture:" not in message
+    with pytest.raises(AssertionError) as err:
+        gallery_lab.check(1, "scale@1")
+    assert "scale@3" not in str(err.value) and "which call was the capture" in str(err.value)
+
+
+@pytest.mark.parametrize("number, answer, expected_form", [
+    (1, "scale 5", "answer_1 must be one of 'scale@1', 'scale@2', 'scale@3', 'scale@5'"),
+    (1, 3, "a word in quotes"),
+    (2, {"read_later": "silent wrong", "read_at_once": "correct"}, "write it exactly as 'silent_wrong'"),
+    (2, "silent_wrong", "dict with the keys 'read_later', 'read_at_once'"),
+    (3, {"buffer_rebound": "rule 10"}, "dict with the keys"),
+])
+def test_a_malformed_answer_says_what_form_is_expected(number, answer, expected_form):
+    with pytest.raises(AssertionError, match=re.escape(expected_form)):
+        gallery_lab.check(number, answer)
+
+
+def test_an_unknown_exercise_is_refused_with_the_gallery_s_range():
+    with pytest.raises(ValueError, match="^there is no exercise 4; the gallery has exercises 1 to 3$"):
+        gallery_lab.check(4, "x")
+
+
+def test_the_notebook_asks_every_exercise_unanswered_and_checks_it():
+    cells = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    for number in gallery_lab.EXERCISES:
+        (answer,) = [c for c in cells if c.startswith(f"answer_{number} = ")]
+        values = re.sub(r"#.*", "", answer)          # the comments list the choices
+        assert "..." in values and not re.search(r'"(scale@\d|correct|silent_wrong|freed_under_graph)"', values)
+        assert f"gallery_lab.check({number}, answer_{number})" in cells
+
+
+def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
+    (stb,) = tracebacks_shown("from simlib.tutorial import gallery_lab\n"
+                              "gallery_lab.check(2, {'read_later': 'correct', 'read_at_once': 'correct'})")
+    assert stb[0].startswith("Exercise 2 (Two graphs in one pool: read later, or at once?): not yet.")
+    assert not any("Traceback" in line or "File " in line for line in stb)
