@@ -112,12 +112,10 @@ from typing import Sequence
 from ..trace import Trace
 from .calls import calls_of
 from .findings import ERROR, WARNING, Finding, format_report
-from .incremental import IncrementalChecker
+from .incremental import IncrementalChecker, call_rules
 from .ranks import RankFinding, format_rank_report
 from .rule_cross_rank import collective_mismatches, rank_of
-from .rule_frozen_host_value import frozen_host_values
 from .rule_frozen_state import frozen_state
-from .rule_input_rebuilt import rebuilt_inputs
 from .rules import CAPTURE_FAILED, RULES, Rule
 
 __all__ = ["ERROR", "RULES", "WARNING", "Finding", "IncrementalChecker", "RankFinding", "Rule", "check", "check_ranks",
@@ -129,10 +127,7 @@ def check(trace: Trace) -> list[Finding]:
     checker = IncrementalChecker()
     findings = checker.feed(trace.records)
     findings += frozen_state(checker.index)
-    calls = calls_of(trace)
-    if calls:
-        findings += frozen_host_values(calls, checker.index)
-        findings += rebuilt_inputs(calls, checker.index)
+    findings += call_rules(calls_of(trace), checker.index)
     findings += checker.finish()
     return sorted(findings, key=lambda f: (f.rule != CAPTURE_FAILED.number, f.step, f.rule, f.label, f.pointers, f.why))
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from ..trace import Capture, DataPtr, Free, GraphId, Launch, Record, Replay, Trace
-from .calls import calls_of, with_calls
+from .calls import CallRecord, calls_of, with_calls
 from .findings import Finding
 from .index import Graph, Index, index_trace
 from .inputs import graph_reads, with_inputs
@@ -131,7 +131,7 @@ class IncrementalChecker:
         if self.whole_program and g.end is not None:
             window, self._since_capture = self._since_capture, []
             if not g.failed:
-                found += _call_rules(with_calls(window, g.id), self.index)
+                found += call_rules(calls_of(Trace(records=with_calls(window, g.id))), self.index)
                 self._awaiting[g.id] = _Awaiting(window)
                 for lo, hi in graph_reads(g):
                     readers = self._reads.get(lo, hi)
@@ -189,9 +189,8 @@ def _capture_rules(g: Graph, index: Index) -> list[Finding]:
     return [*host_mutations(g, index), *empty_arguments(g, emptied), *short_extents(g, emptied), *races(g)]
 
 
-def _call_rules(records: list[Record], index: Index) -> list[Finding]:
-    """Rules 8 and 9: the capture's call against the eager calls before it."""
-    calls = calls_of(Trace(records=records))
+def call_rules(calls: list[CallRecord], index: Index) -> list[Finding]:
+    """Rules 8 and 9: each capture's call against the eager calls before it."""
     if not calls:
         return []
     return [*frozen_host_values(calls, index), *rebuilt_inputs(calls, index)]

@@ -160,6 +160,15 @@ class Index:
             yield view.base
             view = self.views.get(view.base)
 
+    def lineage(self, tensor: TensorId) -> set[TensorId]:
+        """``tensor`` and the bases it is a view of (each once: recorded links may loop)."""
+        seen = {tensor}
+        view = self.views.get(tensor)
+        while view is not None and view.base not in seen:
+            seen.add(view.base)
+            view = self.views.get(view.base)
+        return seen
+
     def views_taken_of(self, tensor: TensorId, after: int) -> Iterator[View]:
         """The views of ``tensor`` taken after step ``after``, then every view of those
         (whenever taken: a view of a view inherits its base's storage). Each view once,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..trace import Capture, DataPtr, GraphId, Launch, Record, Replay
+from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
 from .index import Graph
 from .intervals import Intervals
 
 
 def graph_reads(g: Graph) -> list[tuple[DataPtr, DataPtr]]:
     """The ranges ``g`` reads before any of its nodes writes them: where its inputs can be."""
-    return [(lo, hi) for lo, hi, _ in _reads_before_writes(g.nodes)]
+    return [(a.ptr, a.ptr + a.nbytes) for _, a in reads_before_writes(g.nodes)]
 
 
 def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
@@ -33,7 +33,8 @@ def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
     refreshed: Intervals[None] = Intervals(((a.ptr, a.ptr + a.nbytes), None) for r in records[bracket[1]:last]
                                            if type(r) is Launch and r.graph is None
                                            for a in r.args if a.writes and a.nbytes)
-    inputs = tuple(dict.fromkeys(ptr for lo, hi, ptr in _reads_before_writes(nodes) if refreshed.overlapping(lo, hi)))
+    inputs = tuple(dict.fromkeys(a.ptr for _, a in reads_before_writes(nodes)
+                                 if refreshed.overlapping(a.ptr, a.ptr + a.nbytes)))
     if not inputs:
         return records
     out = list(records)
@@ -42,8 +43,9 @@ def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
     return out
 
 
-def _reads_before_writes(nodes: list[Launch]) -> list[tuple[DataPtr, DataPtr, DataPtr]]:
-    """(lo, hi, ptr) of each read of ``nodes`` no earlier node wrote."""
+def reads_before_writes(nodes: list[Launch]) -> list[tuple[Launch, Arg]]:
+    """Each read of ``nodes`` (of at least one byte, at a pointer other than 0) that no earlier
+    node wrote: what the graph reads from outside itself."""
     written: Intervals[None] = Intervals()
     reads = []
     for node in nodes:
@@ -52,7 +54,7 @@ def _reads_before_writes(nodes: list[Launch]) -> list[tuple[DataPtr, DataPtr, Da
                 continue
             lo, hi = a.ptr, a.ptr + a.nbytes
             if a.reads and a.ptr and not written.overlapping(lo, hi):
-                reads.append((lo, hi, a.ptr))
+                reads.append((node, a))
             if a.writes:
                 written.put(lo, hi, None)
     return reads

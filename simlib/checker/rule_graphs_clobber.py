@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..trace import Alloc, Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
+from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
 from .findings import Finding
 from .index import Graph, Index
+from .inputs import reads_before_writes
 from .intervals import Intervals
+from .results import Write, graph_writes
 from .rules import GRAPHS_CLOBBER
 
 Access = tuple[Launch, Arg]
@@ -55,8 +57,8 @@ class _Clobber:
 
 @dataclass
 class _Captured:
-    writes: list[tuple[Launch, Arg, bool, bool]]   # (node, arg, blind, a result rather than an intermediate)
-    reads: list[Access]                            # what the graph reads before writing it
+    writes: list[Write]        # into graph-pool memory
+    reads: list[Access]        # of graph-pool memory, before the graph writes it
 
 
 class GraphsClobber:
@@ -73,7 +75,7 @@ class GraphsClobber:
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """Graph-pool memory the graphs write: where an eager read may read a clobbered result."""
-        return [(a.ptr, a.ptr + a.nbytes) for g in self._graphs.values() for _, a, _, result in g.writes if result]
+        return [w.span for g in self._graphs.values() for w in g.writes if w.live]
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         kind = type(r)
@@ -91,41 +93,27 @@ class GraphsClobber:
                 self._pool.put(a.ptr, a.ptr + a.nbytes, None)
         if g.failed or not g.nodes:
             return
-        dead = _intermediates(g)
-        written: Intervals[Access] = Intervals()
-        captured = _Captured([], [])
-        for node in g.nodes:
-            for a in node.args:
-                if not a.nbytes:
-                    continue
-                lo, hi = a.ptr, a.ptr + a.nbytes
-                if a.reads and not written.overlapping(lo, hi) and self._pool.overlapping(lo, hi):
-                    captured.reads.append((node, a))          # reads graph memory it did not write first
-                if a.writes and self._pool.overlapping(lo, hi):
-                    written.put(lo, hi, (node, a))
-                    blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes
-                                                        for b in node.args)
-                    live = not any(born <= node.step < died for _, spans in dead.overlapping(lo, hi)
-                                   for born, died in spans)
-                    captured.writes.append((node, a, blind, live))
-        self._graphs[g.id] = captured
+        pool = self._pool
+        self._graphs[g.id] = _Captured(
+            [w for w in graph_writes(g) if pool.overlapping(*w.span)],
+            [(node, a) for node, a in reads_before_writes(g.nodes) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
         captured, found = self._graphs[r.graph], []
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
-        for node, a, blind, live in captured.writes:
-            lo, hi = a.ptr, a.ptr + a.nbytes
+        for w in captured.writes:
+            (lo, hi), node, a = w.span, w.node, w.arg
             for key, c in self._clobbered.overlapping(lo, hi):
                 if c.victim == r.graph:
                     self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
                 elif c.graph == r.graph and c.replay is r:
                     c.writes.append((node, a))                   # the clobbering replay writes there again
-            for _, res in self._results.overlapping(lo, hi) if blind else ():
+            for _, res in self._results.overlapping(lo, hi) if w.blind else ():
                 if res.graph != r.graph:
                     self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, [(node, a)]))
-            if live:
+            if w.live:
                 self._results.put(lo, hi, _Result(r.graph, (node, a)))
             else:
                 self._results.clear(lo, hi)                      # a dead intermediate: nobody's result
@@ -153,42 +141,15 @@ class GraphsClobber:
         return found
 
 
-def _intermediates(g: Graph) -> Intervals[list[tuple[int, int]]]:
-    """The blocks ``g``'s capture allocated and freed again, each with the steps it lived between:
-    what a node wrote there in that span is an intermediate, dead once a replay is over."""
-    opened: dict[DataPtr, Alloc] = {}
-    dead: Intervals[list[tuple[int, int]]] = Intervals()
-    for r in sorted([*g.allocs, *g.frees], key=lambda r: r.step):
-        if type(r) is Alloc:
-            opened[r.ptr] = r
-        elif (a := opened.pop(r.ptr, None)) is not None:
-            key = (a.ptr, a.ptr + max(a.nbytes, 1))
-            spans = dead.get(*key)
-            if spans is None:
-                dead.put(*key, spans := [])
-            spans.append((a.step, r.step))
-    return dead
-
-
 def _reads_result(arg: Arg, c: _Clobber, index: Index) -> bool:
     """Does ``arg`` read the victim's result: its tensor (or a view of it, a weak reference
     included), or else its exact range where none of the clobber's writes had it?"""
     mine, theirs = c.result[1].tensor, {a.tensor for _, a in c.writes}
-    lineage = _lineage(arg.tensor, index)
+    lineage = index.lineage(arg.tensor)
     if (mine in lineage) != bool(theirs & lineage):
         return mine in lineage
     span, mine_arg = (arg.ptr, arg.nbytes), c.result[1]
     return span == (mine_arg.ptr, mine_arg.nbytes) and all(span != (a.ptr, a.nbytes) for _, a in c.writes)
-
-
-def _lineage(tensor: int, index: Index) -> set[int]:
-    """``tensor`` and the bases it is a view of (each once: recorded links may loop)."""
-    seen = {tensor}
-    view = index.views.get(tensor)
-    while view is not None and view.base not in seen:
-        seen.add(view.base)
-        view = index.views.get(view.base)
-    return seen
 
 
 def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:

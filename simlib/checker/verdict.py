@@ -5,7 +5,7 @@ a second question, which the checker answers from the trace. The verdict puts
 the two together in the glossary's words: a configuration whose replays
 computed the eager result (or lost a race the simulator happened to run one
 way) while the checker finds only races (rule 3 ``cross_stream_race`` or rule
-4 ``reuse_after_free``, the warnings) is ``unordered`` (``glossary.UNORDERED_MEANS``:
+4 ``reuse_after_free``) is ``unordered`` (``glossary.UNORDERED_MEANS``:
 two accesses to the same memory that nothing orders). Anything else keeps the replays' outcome.
 
 The README's scenario table (``gpu_demo.measure.conformance``), the headline, the
@@ -18,12 +18,15 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..glossary import CORRECT, GRAPH_EAGER_DIFFER, SILENT_WRONG, UNORDERED
-from .findings import WARNING, Finding
+from .findings import Finding
+from .rules import CROSS_STREAM_RACE, REUSE_AFTER_FREE
+
+RACES = frozenset({CROSS_STREAM_RACE.number, REUSE_AFTER_FREE.number})
 
 
 def races(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that are races (rules 3 and 4, severity ``warning``)."""
-    return [f for f in findings if f.severity == WARNING]
+    """The findings that are races (rules 3 and 4): a replay is right or wrong by which node runs first."""
+    return [f for f in findings if f.rule in RACES]
 
 
 def verdict(outcome: str, findings: Iterable[Finding], *, on_gpu: bool = False) -> str:
