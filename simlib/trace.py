@@ -29,6 +29,14 @@ View
     A new tensor handle on an existing handle's storage (``t.view``, slicing).
     It takes the base's metadata *as it is then*, so a ``set_`` of the base
     before the view reaches the view's launches too.
+Rebind
+    An owner's attribute (a module's parameter or buffer, an attribute of an
+    object captured code used) now names another tensor: no kernel runs, but a
+    graph captured before keeps the old tensor's address.
+HostState
+    A host int or flag on an object the captured code reached changed during a
+    capture: replays keep what the capture left and whatever branch host code
+    took on it.
 DeviceSpan
     When a launch (eager) or a graph node (replay) occupied a stream.
 
@@ -47,6 +55,11 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Iterator, TypeVar
 
 TRACE_VERSION = 1
+
+# A random launch names the generator it draws from as a scalar (``Launch.scalars``):
+# ``(GENERATOR, name)``; the default CUDA generator, which every graph advances, is this one.
+GENERATOR = "generator"
+DEFAULT_GENERATOR = "default"
 
 TensorId = int
 LaunchId = int
@@ -74,6 +87,9 @@ class Arg:
     # Bytes of the storage from ``ptr`` to its end, as the host saw it at launch
     # (None: not known). ``nbytes`` larger than this reads or writes past the storage.
     storage_nbytes: int | None = None
+    # The tensor-list argument (``torch.stack(tensors)``) this tensor is an element of;
+    # "" for a tensor argument of its own.
+    element_of: str = ""
 
     @property
     def reads(self) -> bool:
@@ -179,7 +195,8 @@ class Launch(Record):
     deps: tuple[LaunchId, ...] = ()
     pdl: bool = False
     # The launch's non-tensor arguments as the host froze them: (name, repr) pairs
-    # (a Python float, a host int that sizes or slices). A graph replays these values.
+    # (a Python float, a host int that sizes or slices; a random op's ``(GENERATOR, name)``).
+    # A graph replays these values.
     scalars: tuple[tuple[str, str], ...] = ()
     # Where the host issued it: "file:line" of the innermost user frame ("" unknown).
     # Launches of one call site line up across calls (the frozen-value rules).
@@ -248,6 +265,9 @@ class Capture(Record):
     # (``simlib.memory.graph_pool(graph)``); another graph's pool name when it was
     # captured into that pool (``torch.cuda.graph(g2, pool=g1.pool())``).
     pool: str = ""
+    # The generators registered with the graph (``graph.register_generator_state``), which
+    # every replay advances; the default CUDA generator is always advanced.
+    generators: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -258,6 +278,40 @@ class Replay(Record):
     graph: GraphId
     index: int
     stream: StreamName
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class Rebind(Record):
+    """``owner.attr`` now names tensor ``new_tensor`` instead of ``old_tensor`` (no kernel runs).
+
+    Written before the attribute changes, so before the free of the old tensor it may cause
+    (``nn.Module.__setattr__``, ``register_parameter``, ``register_buffer``, a plain attribute).
+    """
+
+    kind: ClassVar[str] = "rebind"
+    owner: str
+    attr: str
+    old_tensor: TensorId
+    old_ptr: DataPtr
+    old_nbytes: int
+    new_tensor: TensorId
+    new_ptr: DataPtr
+    new_nbytes: int
+    label: str          # the old tensor's label, as the launches that used it name it
+
+
+@dataclass(slots=True, unsafe_hash=True)
+class HostState(Record):
+    """During graph ``graph``'s capture, host value ``owner.attr`` (an int or a bool) went from
+    ``before`` to ``after``: written when the capture ends, before its ``Capture`` end record."""
+
+    kind: ClassVar[str] = "host_state"
+    graph: GraphId
+    owner: str
+    attr: str
+    before: str
+    after: str
+    site: str = ""      # where the host changed it ("file:line"; "" not known)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -286,7 +340,7 @@ class Fault(Record):
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.kind: cls
     for cls in (Alloc, Free, Mutation, View, HostRead, Launch, SkippedLaunch, EventOp, HostSync,
-                Call, Capture, Replay, DeviceSpan, Fault)
+                Call, Capture, Replay, Rebind, HostState, DeviceSpan, Fault)
 }
 
 R = TypeVar("R", bound=Record)

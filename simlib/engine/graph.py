@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..memory import graph_pool
 from ..trace import Launch
 from .errors import CaptureError
+from .generators import Generator
 from .stream import Stream
 from .tensor import TensorHandle
 
@@ -52,6 +53,7 @@ class CapturedGraph:
         self.inputs: tuple[TensorHandle, ...] = ()
         self.ok = False          # set when the capture ended without error
         self.replays = 0
+        self.draws: dict[Generator, int] = {}   # per generator it advances, the draws of one replay
 
     def replay(self, stream: "Stream | None" = None) -> None:
         self._rt.replay(self, stream)
@@ -84,6 +86,9 @@ class Capture:
     mode: str = GLOBAL
     # blocks freed with recorded stream uses, held until the capture ends (record_stream)
     held: list[tuple[int, int, str, str, dict[str, bool]]] = field(default_factory=list)
+    generators: tuple[Generator, ...] = ()       # registered with the graph: its replays advance them
+    draws: dict[Generator, int] = field(default_factory=dict)   # the capture's draws from each it advances
+    host_before: dict = field(default_factory=dict)   # host objects' ints and bools when it began
 
     def capturing(self, stream: Stream) -> bool:
         return stream.name in self.frontier

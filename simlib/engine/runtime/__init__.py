@@ -19,7 +19,9 @@ Each group of calls has a module of its own, mixed into ``Runtime``:
 ``ordering`` (streams, events, syncs), ``tensors`` (allocation, views, metadata
 changes, frees), ``launches`` (launches and ops), ``graph_capture`` (``rt.graph()``
 and the rules a call must pass meanwhile), ``replay`` and ``program_calls``
-(``rt.call()``, the calls the checker compares). This module holds
+(``rt.call()``, the calls the checker compares), ``random_ops`` (generators and
+the random ops that draw from them) and ``host_state`` (host objects, rebinding
+an owner's tensor, pinned host buffers). This module holds
 the state they share and the host clock every call starts with.
 """
 
@@ -28,17 +30,21 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
-from ...trace import Fault, Trace
+from ...trace import DEFAULT_GENERATOR, Fault, Trace
 from ..allocator import CachingAllocator
 from ..device import Device, KernelFn
 from ..errors import IllegalAddress
+from ..generators import Generator
 from ..graph import Capture, CapturedGraph
+from ..host_objects import HostObject
 from ..stream import Stream
 from ..timing import Profile
 from .graph_capture import CaptureCalls
+from .host_state import HostStateCalls
 from .launches import KernelCalls
 from .ordering import StreamCalls
 from .program_calls import ProgramCalls
+from .random_ops import RandomCalls
 from .replay import ReplayCalls
 from .tensors import TensorCalls
 
@@ -48,7 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 
-class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls, ProgramCalls):
+class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls, ProgramCalls, RandomCalls,
+              HostStateCalls):
     """One host thread driving one simulated GPU.
 
     ``schedule`` (``simlib.engine.schedules.Schedule``) adds orders between graph nodes
@@ -75,6 +82,9 @@ class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls, 
         self._weak: set[int] = set()          # tensor ids of handles that hold no reference
         self._calls: list[int] = []           # the Call records open now (their index)
         self._call_count = 0
+        self.default_generator = Generator(DEFAULT_GENERATOR)
+        self._generators: dict[str, Generator] = {}
+        self._host_objects: list[HostObject] = []
 
     def _next_id(self, kind: str) -> int:
         return next(self._ids[kind])

@@ -18,6 +18,7 @@ from ..errors import (
     StreamCaptureUnjoined,
     StreamCaptureUnsupported,
 )
+from ..generators import Generator
 from ..graph import CAPTURE_MODES, GLOBAL, RELAXED, Capture, CapturedGraph
 from ..stream import Stream
 from ..tensor import TensorHandle
@@ -84,7 +85,8 @@ class CaptureCalls:
     @contextmanager
     def graph(self, stream: Stream | None = None, *, label: str = "graph",
               inputs: Sequence[TensorHandle] = (),
-              capture_error_mode: str = GLOBAL, pool: str | None = None) -> Iterator[CapturedGraph]:
+              capture_error_mode: str = GLOBAL, pool: str | None = None,
+              generators: Sequence[Generator] = ()) -> Iterator[CapturedGraph]:
         """``with torch.cuda.graph(g, pool=..., stream=..., capture_error_mode=...)``: capture everything issued inside.
 
         Like PyTorch, it synchronises the device first and captures on its side
@@ -96,6 +98,10 @@ class CaptureCalls:
         streams outside the capture (``simlib.engine.graph.CAPTURE_MODES``). ``pool``
         (``other.pool()``) captures into another graph's memory pool instead of
         a private one, as serving engines do for one graph per batch size.
+        ``generators`` are registered with the graph (``g.register_generator_state(gen)``
+        before capturing): every replay advances them, as it does the default generator.
+        Host objects' ints and bools the captured code changes are recorded when it ends
+        (``HostState``).
 
         When a capture error (``Unsupported``, ``Isolation``, ...) leaves the
         block, ending the capture raises ``StreamCaptureInvalidated`` over it,
@@ -115,7 +121,7 @@ class CaptureCalls:
         self.synchronize()
         if stream is None:
             stream = self.streams.get(CAPTURE_STREAM) or self.Stream(CAPTURE_STREAM)
-        g = self._begin_capture(stream, label, capture_error_mode, pool)
+        g = self._begin_capture(stream, label, capture_error_mode, pool, tuple(generators))
         previous, self.current_stream = self.current_stream, stream
         try:
             yield g
@@ -129,7 +135,7 @@ class CaptureCalls:
         self._end_capture(g, inputs, failing=False)
 
     def _begin_capture(self, stream: Stream, label: str, mode: str = GLOBAL,
-                       pool: str | None = None) -> CapturedGraph:
+                       pool: str | None = None, generators: tuple[Generator, ...] = ()) -> CapturedGraph:
         step = self._host(self.profile.host_op_us)
         if stream.legacy:
             raise StreamCaptureUnsupported(
@@ -138,8 +144,12 @@ class CaptureCalls:
                 "or let rt.graph() create a side stream.")
         g = CapturedGraph(self, len(self.graphs), label, stream.name, pool)
         self.graphs.append(g)
-        self._capture = Capture(g, stream, {stream.name: ()}, mode=mode)
-        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name, pool=pool or ""))
+        self._capture = Capture(g, stream, {stream.name: ()}, mode=mode, generators=generators,
+                                host_before=self._host_values())
+        for obj in self._host_objects:
+            obj._changed_at.clear()
+        self.trace.records.append(CaptureRecord(step, self.now, "begin", g.id, stream.name, pool=pool or "",
+                                                generators=tuple(gen.name for gen in generators)))
         return g
 
     def _end_capture(self, g: CapturedGraph, inputs: Sequence[TensorHandle], *,
@@ -165,12 +175,15 @@ class CaptureCalls:
                     f"Join them back first: {cap.origin.name}.wait_stream({unjoined[0]}).")
         self._capture = None
         self._release_held(cap)
+        self._record_host_changes(cap, step)
         g.inputs = tuple(inputs)
+        g.draws = dict(cap.draws)
         g.ok = error is None and not failing
         recorded = first or error      # what the recorder keeps too: the first error of the capture
         self.trace.records.append(CaptureRecord(
             step, self.now, "end", g.id, cap.origin.name, tuple(t.ptr for t in inputs),
-            recorded.code if recorded else ("aborted" if failing else None), pool=g.pool_shared or ""))
+            recorded.code if recorded else ("aborted" if failing else None), pool=g.pool_shared or "",
+            generators=tuple(gen.name for gen in cap.generators)))
         if error is not None and not failing:
             raise error
         return error if isinstance(error, StreamCaptureInvalidated) else None

@@ -7,14 +7,12 @@ replay.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from ...trace import Arg, DeviceSpan, HostSync, Launch, SkippedLaunch
 from ..device import KernelFn
 from ..errors import ShapeMismatch, StorageNotAllocated, StreamCaptureUnsupported
+from ..sites import user_site
 from ..stream import NEVER, Stream
 from ..tensor import RawArg, TensorHandle
 from ..timing import place
@@ -38,7 +36,7 @@ class KernelCalls:
     def launch(self, kernel: str, *, reads: Sequence[ArgLike] = (), writes: Sequence[ArgLike] = (),
                fn: KernelFn | None = None, role: str = "other", label: str | None = None,
                duration_us: float | None = None, pdl: bool = False,
-               scalars: Mapping[str, Scalar] | None = None) -> Launch | None:
+               scalars: Mapping[str, Scalar] | None = None, read_list: str = "") -> Launch | None:
         """Launch ``kernel`` on the current stream; returns its record, or None if skipped.
 
         The host reads every argument's pointer, size and shape *now* and freezes
@@ -49,7 +47,8 @@ class KernelCalls:
         ``kernel(inputs..., scalars...)``, a string scalar being a symbol
         (``"scale@3"``). Like PyTorch, an op whose outputs all have zero
         elements launches nothing, but a raw pointer argument (``raw(t, n)``)
-        always launches.
+        always launches. ``read_list`` names the one tensor-list argument that
+        ``reads`` make up (``torch.stack(tensors)``); "": each is an argument of its own.
         """
         s = self.current_stream
         step = self._host(self.profile.launch_host_us)
@@ -58,9 +57,10 @@ class KernelCalls:
         frozen = tuple((name, _scalar_text(v)) for name, v in scalars.items()) if scalars else ()
         if fn is None:
             fn = _default_fn(kernel, len(writes), tuple(_scalar_value(v) for v in scalars.values()) if scalars else ())
-        site = _user_site() if self._calls else ""
+        site = user_site()
         try:
-            args = [_snapshot(a, _IN[i], "r") for i, a in enumerate(reads)]
+            args = [_snapshot(a, f"{read_list}[{i}]" if read_list else _IN[i], "r", read_list)
+                    for i, a in enumerate(reads)]
             args += [_snapshot(a, _OUT[i], "w") for i, a in enumerate(writes)]
         except StorageNotAllocated as exc:
             raise StorageNotAllocated(f"{label}: {exc.detail}") from None
@@ -172,6 +172,17 @@ class KernelCalls:
                     label=f"clone {t.label}")
         return out
 
+    def stack(self, tensors: Sequence[TensorHandle], label: str = "stack") -> TensorHandle:
+        """``torch.stack(tensors)``: one launch whose tensor-list argument holds every element."""
+        if not tensors or any(t.shape != tensors[0].shape for t in tensors):
+            self._host(self.profile.host_op_us)
+            raise ShapeMismatch(f"{label}: stack expects a non-empty list of tensors of one shape, got "
+                                f"{[list(t.shape) for t in tensors]}")
+        out = self.empty((len(tensors), *tensors[0].shape), label, itemsize=tensors[0].itemsize)
+        self.launch("stack", reads=tensors, writes=[out], fn=lambda *vals: Call("stack", vals), label=label,
+                    read_list="tensors")
+        return out
+
     def item(self, t: TensorHandle) -> Expr:
         """``t.item()``: copy to the host and wait, so it is illegal during capture."""
         s = self.current_stream
@@ -220,24 +231,7 @@ def _scalar_text(v: Scalar) -> str:
     return v if isinstance(v, str) else str(v) if isinstance(v, Expr) else repr(v)
 
 
-# The engine's own frames (the runtime, tensor methods, streams): a launch's site is the first frame above them.
-_ENGINE = str(Path(__file__).resolve().parents[1]) + os.sep
-
-
-# A site in this checkout is named from its root (``simlib/programs/gallery/frozen.py:30``), so that a
-# trace, and a report quoting it, read the same in every checkout.
-_CHECKOUT = str(Path(__file__).resolve().parents[3]) + os.sep
-
-
-def _user_site() -> str:
-    """``file:line`` of the innermost frame outside the engine: where the program issued the launch."""
-    frame = sys._getframe(2)
-    while frame is not None and frame.f_code.co_filename.startswith(_ENGINE):
-        frame = frame.f_back
-    return f"{frame.f_code.co_filename.removeprefix(_CHECKOUT)}:{frame.f_lineno}" if frame is not None else ""
-
-
-def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
+def _snapshot(a: ArgLike, name: str, access: str, element_of: str = "") -> Arg:
     """Freeze an argument the way a kernel launch does: by value, on the host, now.
 
     A torch op asks for a typed data pointer and refuses a tensor that has
@@ -254,10 +248,10 @@ def _snapshot(a: ArgLike, name: str, access: str) -> Arg:
                     "was freed (untyped_storage().resize_(0)): the tensor has a non-zero number of "
                     "elements, but its data is not allocated yet. Re-allocate it (resize_ the "
                     "storage back) before this op, or free it only after its last use.")
-            return Arg(name, a.id, a.label, 0, 0, a._shape, 0, access, 0)
+            return Arg(name, a.id, a.label, 0, 0, a._shape, 0, access, 0, element_of)
         itemsize = a.itemsize
         return Arg(name, a.id, a.label, a.storage.ptr + a.offset * itemsize, a.numel, a._shape,
-                   a.numel * itemsize, access, held - a.offset * itemsize)
+                   a.numel * itemsize, access, held - a.offset * itemsize, element_of)
     if isinstance(a, RawArg):
         t = a.tensor
         held = t.storage.nbytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 
 from ...trace import DeviceSpan, Launch, Replay
+from ..generators import Draw
 from ..graph import CapturedGraph
 from ..stream import NEVER, Stream
 from ..timing import place
@@ -34,6 +35,7 @@ class ReplayCalls:
         extra = self._scheduled_deps(g)
         if extra:   # lanes follow the capture order; the schedule only delays nodes
             opened_lane = {n.id: lanes.assign(n) for n in g.nodes}
+        bases = {gen: gen.advance(draws) for gen, draws in g.draws.items()}   # this replay's random numbers
         for node in _topological(g.nodes, extra) if extra else g.nodes:
             deps = node.deps + extra.get(node.id, ()) if extra else node.deps
             same = [by_id[d] for d in deps if by_id[d][0].stream == node.stream]
@@ -42,6 +44,8 @@ class ReplayCalls:
             opened = opened_lane[node.id] if extra else lanes.assign(node)
             issue = start0 + (p.graph_branch_launch_us if opened else 0.0)
             fn, duration = self._kernels[node.id]
+            if type(fn) is Draw:
+                fn = fn.at(bases[fn.generator])
             slot = place(issue, duration, prev[2] if prev else None,
                          prev[1] if prev else start0, max(cross) if cross else None,
                          p.graph_node_gap_us, node.pdl, p)

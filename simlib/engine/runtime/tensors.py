@@ -220,7 +220,10 @@ class TensorCalls:
 
     def release(self, t: TensorHandle) -> None:
         """Drop this handle's reference (``del t``); the last one frees the block."""
-        step = self._host(self.profile.host_op_us)
+        self._release(t, self._host(self.profile.host_op_us))
+
+    def _release(self, t: TensorHandle, step: int) -> None:
+        """``t`` lets go of its storage at host step ``step``."""
         storage = t.storage
         t.storage = Storage(-1, f"{t.label}.released", 0, 0, storage.stream, DEFAULT_POOL)
         t.shape = (0,)

@@ -76,7 +76,7 @@ def test_is_current_stream_capturing(rt):
     assert seen == [False, True, False]
 
 
-def test_calls_bracket_their_launches_which_record_their_site(rt):
+def test_calls_bracket_their_launches_and_every_launch_records_its_site(rt):
     x = rt.empty((4,), "x")
     with rt.call("warmup") as index:
         rt.op("f", x, out_shape=(4,))
@@ -84,7 +84,8 @@ def test_calls_bracket_their_launches_which_record_their_site(rt):
     calls = list(rt.trace.of(Call))
     assert [(c.op, c.index, c.phase) for c in calls] == [("begin", index, "warmup"), ("end", index, "warmup")]
     inside, outside = [r for r in rt.trace.of(Launch)]
-    assert inside.site.startswith("tests/simlib/engine/test_family_runtime.py:") and outside.site == ""
+    here = "tests/simlib/engine/test_family_runtime.py:"
+    assert inside.site.startswith(here) and outside.site.startswith(here) and inside.site != outside.site
     with pytest.raises(ValueError, match="not a call phase"):
         with rt.call("later"):
             pass
