@@ -9,7 +9,13 @@ per batch size, say). A ``Program`` has
                 copies the ``k``-th fresh input into the static buffers, updates
                 host state (a step counter, a list of positions); it may return the
                 fresh input's name, which the replay of that call reports (``Replayed.input``)
+``after(k, out)`` the host code after call ``k`` ran (a warm-up or a replay; the
+                capture's call computes nothing), with that call's output: it may keep
+                a reference (``kept.append(out)``, a view) or hand its output to the next
+                program; what it returns, if anything, is what call ``k`` is compared by
+                instead of the output (``rt.stack(kept)``: every step kept so far)
 ``inputs``      the static input buffers (for the checker's stale-input rule)
+``generators``  generators registered with the graph (``register_generator_state``)
 ``stream``      the stream the program runs on and is captured on
                 (``torch.cuda.graph(stream=...)``); ``None``: the capture's side stream
 ``capture_error_mode``  ``torch.cuda.graph``'s, for this program's capture
@@ -39,9 +45,10 @@ answer.
 
 ``Session`` is the same, step by step, for several graphs and any order of
 replays and reads (``simlib.programs.gallery`` uses it for graphs sharing a pool,
-``simlib.programs.scenarios`` for the MoE decode step). Given a ``runtime``
-(one with a ``Schedule``, say), the session captures and replays on it:
-``simlib.engine.schedules.explore`` replays a program so under other schedules.
+``simlib.programs.scenarios`` for the MoE decode step). Given a ``runtime`` or a
+``schedule`` (``simlib.engine.schedules.Schedule``), the session captures and
+replays on it; ``explore_program(build)`` gives every outcome a program's races
+allow, each with its schedule (``simlib.engine.schedules.explore``).
 """
 
 from __future__ import annotations
@@ -53,8 +60,10 @@ from typing import Callable, Mapping, Sequence
 from ..checker import Finding, check
 from ..checker.verdict import verdict
 from ..engine.errors import IllegalAddress, SimulatedError, first_error
+from ..engine.generators import Generator
 from ..engine.graph import GLOBAL, CapturedGraph
 from ..engine.runtime import Runtime
+from ..engine.schedules import Exploration, Schedule, explore
 from ..engine.stream import Stream
 from ..engine.tensor import TensorHandle
 from ..engine.timing import Profile
@@ -62,7 +71,7 @@ from ..engine.values import Expr
 from ..glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, capture_error, host_error, warmup_error
 from ..trace import Trace
 
-__all__ = ["Program", "Replayed", "ProgramResult", "Session", "run_program"]
+__all__ = ["Program", "Replayed", "ProgramResult", "Session", "explore_program", "run_program"]
 
 ONE = "graph"     # the name of a build's only program
 
@@ -82,6 +91,9 @@ class Program:
     after_capture: Callable[[TensorHandle], TensorHandle] | None = None
     stream: Stream | None = None
     capture_error_mode: str = GLOBAL
+    # Host code after each warm-up and replay, with the call's output; what it returns is compared instead.
+    after: Callable[[int, TensorHandle], TensorHandle | None] | None = None
+    generators: Sequence[Generator] = ()
 
 
 Build = Callable[[Runtime], "Program | Mapping[str, Program]"]
@@ -153,8 +165,11 @@ class Session:
     word; later steps are ignored, and ``result()`` says what happened.
     """
 
-    def __init__(self, build: Build, profile: Profile | None = None, *, runtime: Runtime | None = None) -> None:
-        self.graphed = runtime or Runtime(profile)
+    def __init__(self, build: Build, profile: Profile | None = None, *, runtime: Runtime | None = None,
+                 schedule: Schedule | None = None) -> None:
+        if runtime is not None and schedule is not None:
+            raise ValueError("give Session a runtime or a schedule, not both: the runtime carries its schedule")
+        self.graphed = runtime or Runtime(profile, schedule=schedule)
         self.eager = Runtime(self.graphed.profile)
         self._programs = {rt: _programs(build(rt)) for rt in (self.graphed, self.eager)}
         self.calls = 0
@@ -223,8 +238,9 @@ class Session:
     def _both(self, name: str, wrap: Callable[[Runtime, Program], TensorHandle],
               failed: Callable[[BaseException], str], *, eager: bool = True) -> tuple[list[TensorHandle], str | None]:
         """Feed call ``k`` in both runtimes; run it in the capturing one (``wrap``) and, with
-        ``eager``, in the eager one, each on the program's stream. Returns the outputs and the
-        name of the fresh input the capturing runtime was fed."""
+        ``eager``, in the eager one, each on the program's stream, then the program's ``after``
+        (where the call computed something: ``eager``). Returns what each call is compared by
+        and the name of the fresh input the capturing runtime was fed."""
         self.calls += 1
         k = self.calls
         out: list[TensorHandle] = []
@@ -248,6 +264,13 @@ class Session:
                     self._stop(ILLEGAL_ADDRESS if self.graphs else warmup_error(exc.code), exc)
                 except Exception as exc:
                     self._stop(failed(exc) if rt is self.graphed else host_error(_code(exc)), exc)
+                if eager and program.after is not None:
+                    try:
+                        out[-1] = program.after(k, out[-1]) or out[-1]
+                    except IllegalAddress as exc:
+                        self._stop(ILLEGAL_ADDRESS, exc)
+                    except Exception as exc:            # the user's host code
+                        self._stop(host_error(_code(exc)), exc)
         return out, fed
 
     def _warm_up_once(self, name: str) -> None:
@@ -266,7 +289,7 @@ class Session:
         def capture(rt: Runtime, program: Program) -> TensorHandle:
             with rt.call("capture"):
                 with rt.graph(program.stream, label=name, inputs=program.inputs, pool=pool,
-                              capture_error_mode=program.capture_error_mode) as g:
+                              capture_error_mode=program.capture_error_mode, generators=program.generators) as g:
                     out = program.forward()
             self.graphs[name] = g
             return program.after_capture(out) if program.after_capture else out
@@ -279,16 +302,12 @@ class Session:
         if name not in self.graphs:
             raise ValueError(f"capture {name!r} before replaying it")
         graph, out = self.graphs[name], self._outputs[name]
-        copied: list[TensorHandle] = []
 
         def replay(rt: Runtime, program: Program) -> TensorHandle:
             graph.replay()
-            if copy_out:
-                copied.append(rt.clone(out, label=f"{out.label}.copy"))
-            return out
-        (_, eager_out), fed = self._both(name, replay, lambda exc: host_error(_code(exc)))
+            return rt.clone(out, label=f"{out.label}.copy") if copy_out else out
+        (source, eager_out), fed = self._both(name, replay, lambda exc: host_error(_code(exc)))
         k, want = self.calls, self.eager.read(eager_out)
-        source = copied[0] if copied else out
         stream = self._programs[self.graphed][name].stream
 
         def read() -> Replayed:
@@ -325,9 +344,19 @@ def _code(exc: BaseException) -> str:
 
 def run_program(build: Build, *, warmups: int = 2, replays: int = 3, profile: Profile | None = None) -> ProgramResult:
     """Warm up ``warmups`` calls, capture one, replay ``replays`` with fresh inputs, compare with eager."""
+    return _run(Session(build, profile), warmups, replays)
+
+
+def explore_program(build: Build, *, warmups: int = 2, replays: int = 3,
+                    profile: Profile | None = None) -> Exploration:
+    """Every outcome ``run_program(build, ...)`` can have: as timed, and with each race of its graph run
+    either way, each with a witness (``simlib.engine.schedules.explore``). One outcome: no race decides."""
+    return explore(lambda rt: _run(Session(build, runtime=rt), warmups, replays).outcome, profile)
+
+
+def _run(session: Session, warmups: int, replays: int) -> ProgramResult:
     if warmups < 0 or replays < 1:
         raise ValueError(f"warmups={warmups} must be >= 0 and replays={replays} >= 1")
-    session = Session(build, profile)
     session.warm_up(calls=warmups)
     session.capture()
     for _ in range(replays):

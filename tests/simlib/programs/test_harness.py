@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from simlib import Runtime
+from simlib.engine.schedules import Schedule
 from simlib.engine.tensor import raw
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, term
-from simlib.programs.harness import Program, Session, run_program
+from simlib.programs.harness import Program, Session, explore_program, run_program
 
 README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
 
@@ -116,3 +118,75 @@ def test_a_deferred_read_reads_the_output_when_asked():
     session.replay()
     seen = later()
     assert (seen.call, str(seen.got), str(seen.want)) == (3, "f(x4)", "f(x3)")   # the static output moved on
+
+
+def decode_steps(keep):
+    """A decode loop: each step's output kept as ``keep(rt, out)`` says, every step kept so far compared."""
+    def build(rt):
+        x = rt.empty((8,), "x")
+        kept = []
+        def after(k, out):
+            kept.append(keep(rt, out))
+            return rt.stack(kept, label=f"kept{k}")
+        return Program(lambda: rt.op("logits", x, out_shape=(8,)),
+                       lambda k: x.copy_(rt.from_host((8,), f"x{k}", value=f"x{k}")), [x], after=after)
+    return build
+
+
+def test_after_runs_in_both_runtimes_after_warm_ups_and_replays_and_its_return_is_compared():
+    cloned = run_program(decode_steps(lambda rt, out: rt.clone(out)), warmups=1, replays=2)
+    assert cloned.outcome == CORRECT
+    assert [str(r.got) for r in cloned.replays] == ["stack(logits(x1), logits(x3))",
+                                                   "stack(logits(x1), logits(x3), logits(x4))"]
+    held = run_program(decode_steps(lambda rt, out: out), warmups=1, replays=2)       # no clone
+    assert held.outcome == SILENT_WRONG
+    assert str(held.replays[-1].got) == "stack(logits(x1), logits(x4), logits(x4))"
+    assert str(held.replays[-1].want) == "stack(logits(x1), logits(x3), logits(x4))"
+
+
+def test_after_failing_is_a_host_error():
+    def build(rt):
+        x = rt.empty((8,), "x")
+        return Program(lambda: rt.op("f", x, out_shape=(8,)), after=lambda k, out: 1 / 0)
+    assert run_program(build).outcome == "host_error:ZeroDivisionError"
+
+
+def racy(rt):
+    """The shared branch reads ``x`` on alt while main frees it and writes a new tensor over its block."""
+    main, alt, h = rt.Stream("main"), rt.Stream("alt"), rt.empty((4, 8), "h")
+    def forward():
+        x = rt.op("norm", h, out_shape=(4, 8), label="x")
+        alt.wait_stream(main)
+        with rt.stream(alt):
+            y = rt.op("reader", x, out_shape=(4, 8), label="y", duration_us=2.0)
+        rt.release(x)
+        rt.release(rt.op("writer", h, out_shape=(4, 8), label="z", duration_us=30.0))
+        main.wait_stream(alt)
+        return y
+    return Program(forward, lambda k: h.copy_(rt.from_host((4, 8), f"h{k}", value=f"h{k}")), [h], stream=main)
+
+
+def test_a_harness_programs_races_have_an_outcome_set_with_a_schedule_for_each():
+    found = explore_program(racy, warmups=1, replays=1)
+    assert found.outcomes == {CORRECT, SILENT_WRONG}
+    wrong = found.witness(SILENT_WRONG)
+    again = Session(racy, schedule=Schedule(((wrong.order[0].id, wrong.order[1].id),)))
+    again.warm_up(calls=1)
+    again.capture()
+    again.replay()
+    assert again.result().outcome == SILENT_WRONG
+    with pytest.raises(ValueError, match="not both"):
+        Session(racy, runtime=Runtime(), schedule=Schedule())
+
+
+def test_a_program_registers_its_generators_with_its_graph():
+    def sampling(registered):
+        def build(rt):
+            x, gen = rt.empty((8,), "x"), rt.Generator("sampler")
+            return Program(lambda: rt.random("sample", x, out_shape=(8,), generator=gen),
+                           lambda k: x.copy_(rt.from_host((8,), f"x{k}", value=f"x{k}")), [x],
+                           generators=[gen] if registered else [])
+        return build
+    assert run_program(sampling(True)).outcome == CORRECT
+    frozen = run_program(sampling(False))
+    assert frozen.outcome == SILENT_WRONG and {str(r.got).split(", ")[1] for r in frozen.replays} == {"sampler@2)"}
