@@ -9,7 +9,8 @@ findings and their report are in ``findings``; every rule's number, code,
 severity and modes in one table, ``rules.RULES``.
 
 Rules (severity ``error``: wrong on every replay, or no graph at all;
-``warning``: unordered, two accesses to the same memory that nothing orders):
+``warning``: right or wrong by what happens later: two accesses to the same
+memory that nothing orders (3, 4), or host state a capture changed (16)):
 
 0. ``capture_failed`` (error): a capture ended with an error, so there is no
    graph. It is reported first, with what the error means; a graph that never
@@ -94,6 +95,60 @@ by ``(site, kernel, n)`` (``calls``):
     replay reading it back as state included, before A writes it again):
     graphs sharing a pool (``Capture.pool``), a cache created lazily in
     capture. Reported at B's replay, naming both graphs.
+
+The incident family as it stands in 2026 (``simlib.programs.gallery``) adds six
+rules. Each says what the recorder of real runs must write for it (the
+simulator writes it all); the guard modes that can fire each are in ``rules``.
+
+13. ``output_overwritten`` (error): a result of graph G the program still holds
+    from one replay is read after a later replay of G rewrote it: a view of G's
+    result taken after replay k, read by an eager launch after a later replay,
+    while the program took another view of it in a later epoch (it keeps one
+    reference per step); or one eager launch whose tensor-list argument
+    (``Arg.element_of``) holds two elements on the same bytes of G's result after
+    G replayed twice (``torch.stack(outs)`` of a static output appended every
+    step, TransformerEngine's static outputs of ``make_graphed_callables``).
+    Reported at the read, on the reader's stream, once per graph. Reading the
+    output right after each replay, or through one view taken once, is clean
+    (``rule_output_overwritten`` says what it cannot tell). Needs ``View``
+    records of eager views and list arguments.
+14. ``weights_rebound`` (error): an owner's attribute that a graph's node uses
+    (a module's parameter or buffer) was rebound to another tensor after the
+    capture (``Rebind``: RL weight sync, reload, a LoRA swap), and the graph
+    replayed: it keeps the old tensor's address, whether the old tensor is
+    alive or freed. Reported at the rebind's step, found at the graph's next
+    replay, naming the graph, the attribute and both pointers; rule 10 yields
+    for the old tensor's free. Needs ``Rebind`` records, written before the
+    attribute changes (``nn.Module.__setattr__``, ``register_parameter``,
+    ``register_buffer``).
+15. ``view_frozen`` (error): a captured launch was handed a view (``x[:n]``, a
+    cache row ``cache[pos]``) whose offset, size or strides (``Arg.ptr``,
+    ``shape``, ``nbytes`` on the same storage end) took two or more values over
+    the earlier calls and the capture's call, compared as rule 8 compares
+    scalars, in calls whose launch differs from the captured one at that
+    argument alone (so a graph per batch size is not a frozen view;
+    ``rule_view_frozen`` says why that is sound). Reported at the captured
+    launch, with its site. Needs what rule 8 needs.
+16. ``host_state_branch`` (warning): a host int or flag of an object the
+    captured code reached changed during the capture (``HostState``: a counter
+    the captured call advances, a flag a shortcut sets), so every replay keeps
+    the capture's value and whatever branch host code took on it. Reported at
+    the capture's end, with the line that changed it. Needs the recorder to
+    snapshot the ints and bools of the objects reachable from the capturing
+    frame's locals when the capture begins and ends (``HostState``, written
+    before the ``Capture`` end).
+17. ``unregistered_generator`` (error): a captured random op draws from a
+    generator the graph does not advance (``("generator", name)`` among its
+    scalars, neither the default CUDA generator nor in ``Capture.generators``),
+    so every replay draws the capture's numbers. Reported at the node, once per
+    generator. Needs the generator of random ops and the generators registered
+    with the graph (``register_generator_state``).
+18. ``input_fresh_between_graphs`` (error): graph B reads a range that an eager
+    launch (site ``s``, kernel ``k``) wrote before B's capture; after the capture,
+    before a replay of B, the same launch wrote a tensor of that size elsewhere
+    and nothing wrote the range B reads: the op between piecewise graphs made B
+    a new input that B never sees. Reported at B's replay, once per graph and
+    launch. Needs ``Launch.site`` on eager launches.
 
 Across the ranks of one job, ``check_ranks(traces)`` (one trace per rank,
 ``meta["rank"]``) runs ``check`` on each and then:

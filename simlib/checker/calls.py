@@ -1,4 +1,4 @@
-"""The calls of the code under check (``Call`` records), op by op: what rules 8 and 9 compare.
+"""The calls of the code under check (``Call`` records), op by op: what rules 8, 9 and 15 compare.
 
 A launch belongs to the call whose ``begin`` came before it and whose ``end``
 has not yet come. Launches of two calls line up by ``(site, kernel, n)``: the

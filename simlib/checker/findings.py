@@ -20,8 +20,10 @@ class Finding:
     0), the mutation (1), the first launch that got an empty argument (2) or an
     argument short of its extent (6), the later of two racing launches (3),
     the free (4), the first stale replay (5), the graph's first read of a
-    frozen value (7). ``pointers`` are the addresses involved; ``why`` and
-    ``fix`` are for a person.
+    frozen value (7), the read of an overwritten result (13), the rebind (14),
+    the launch captured with a moving view (15), the capture's end (16), the
+    random node (17), the replay that read the old input (18). ``pointers`` are
+    the addresses involved; ``why`` and ``fix`` are for a person.
     """
 
     rule: int

@@ -3,21 +3,28 @@
 ``IncrementalChecker.feed`` takes the records made since the last call and
 returns what they reveal. Each rule says what it needs, and is fed just that:
 
-* the *capture rules* (0 to 4 and 6) need one capture's records: they run once,
-  when its ``Capture`` end arrives;
+* the *capture rules* (0 to 4, 6, 16 and 17) need one capture's records: they
+  run once, when its ``Capture`` end arrives;
 * the *stream rules* follow state per graph as records come, each fed only the
   record types it declares (``READS``): rule 10 (the blocks a graph uses, frees
   waiting for its next replay), rule 11 (the graphs' live results, clobbers
-  waiting for a read) and rule 5 (declared inputs);
+  waiting for a read), rule 13 (the views a program keeps of a graph's results,
+  by the replay they followed), rule 14 (tensors rebound under a graph, waiting
+  for its next replay), rule 18 (what wrote a graph's inputs before its capture,
+  and where that launch writes now) and rule 5 (declared inputs);
 * with ``whole_program=True`` (a whole program's records, where nobody
-  brackets the calls or names the inputs), rules 8 and 9 run at each capture's end on the eager calls since the
-  last capture (``calls.with_calls`` infers them from the capture's first
-  launch), and rule 7 at each graph's first replay, with the static inputs
-  named by what the program refreshed since the capture (``inputs.with_inputs``).
+  brackets the calls or names the inputs), rules 8, 9 and 15 run at each
+  capture's end on the eager calls since the last capture (``calls.with_calls``
+  infers them from the capture's first launch), and rule 7 at each graph's first
+  replay, with the static inputs named by what the program refreshed since the
+  capture (``inputs.with_inputs``).
 
 State is per graph and per live range, never the history: records are read
 once. ``check`` (a whole trace at once) feeds everything, then runs rules 7 to 9
-over the whole trace.
+and 15 over the whole trace.
+
+Where a rebind (rule 14) dropped a tensor's last reference, its free is not
+reported again by rule 10 (``rule_freed_under_graph`` says how it yields).
 """
 
 from __future__ import annotations
@@ -39,9 +46,15 @@ from .rule_frozen_host_value import frozen_host_values
 from .rule_frozen_state import frozen_state
 from .rule_graphs_clobber import GraphsClobber
 from .rule_host_mutation import host_mutations
+from .rule_host_state_branch import host_state_branches
+from .rule_input_fresh_between_graphs import FreshBetweenGraphs
 from .rule_input_rebuilt import rebuilt_inputs
+from .rule_output_overwritten import OutputOverwritten
 from .rule_races import races
 from .rule_stale_input import StaleInputs
+from .rule_unregistered_generator import unregistered_generators
+from .rule_view_frozen import frozen_views
+from .rule_weights_rebound import WeightsRebound
 from .rules import FROZEN_STATE
 
 REFRESHES_KEPT = 1_000   # per graph awaiting its first replay: its inputs are named from the first few
@@ -62,8 +75,10 @@ class IncrementalChecker:
         self._freed = FreedUnderGraph()
         self._clobber = GraphsClobber()
         self._stale = StaleInputs()
+        self._overwritten = OutputOverwritten()
         self._rules_of: dict[type, tuple] = {}   # record type -> the stream rules that read it (their READS)
-        for rule in (self._freed, self._clobber, self._stale):
+        for rule in (self._freed, self._clobber, self._stale, self._overwritten, WeightsRebound(),
+                     FreshBetweenGraphs()):
             for kind in rule.READS:
                 self._rules_of[kind] = (*self._rules_of.get(kind, ()), rule.add)
         self._checked: set[GraphId] = set()
@@ -116,9 +131,9 @@ class IncrementalChecker:
         return len(self._since_capture) + sum(len(a.window) + len(a.refreshed) for a in self._awaiting.values())
 
     def watched_reads(self) -> list[tuple[DataPtr, DataPtr]]:
-        """Memory an eager launch's access to matters: graphs' live results (rule 11), and what
+        """Memory an eager launch's access to matters: graphs' live results (rules 11 and 13), and what
         graphs not yet replayed read (their inputs are named by what the program writes there)."""
-        return self._clobber.watched() + [span for span, _ in self._reads.items()]
+        return self._clobber.watched() + self._overwritten.watched() + [span for span, _ in self._reads.items()]
 
     def watched_frees(self) -> list[tuple[DataPtr, DataPtr]]:
         """Memory a free of matters (rule 10: the blocks graphs use outside their pools)."""
@@ -182,15 +197,16 @@ class _Awaiting:
 
 
 def _capture_rules(g: Graph, index: Index) -> list[Finding]:
-    """Rules 0 to 4 and 6: what one capture froze, read from its own records."""
+    """Rules 0 to 4, 6, 16 and 17: what one capture froze, read from its own records."""
     if g.failed:
         return [capture_failed(g)]
     emptied = emptied_tensors(g, index)
-    return [*host_mutations(g, index), *empty_arguments(g, emptied), *short_extents(g, emptied), *races(g)]
+    return [*host_mutations(g, index), *empty_arguments(g, emptied), *short_extents(g, emptied), *races(g),
+            *host_state_branches(g), *unregistered_generators(g)]
 
 
 def call_rules(calls: list[CallRecord], index: Index) -> list[Finding]:
-    """Rules 8 and 9: each capture's call against the eager calls before it."""
+    """Rules 8, 9 and 15: each capture's call against the eager calls before it."""
     if not calls:
         return []
-    return [*frozen_host_values(calls, index), *rebuilt_inputs(calls, index)]
+    return [*frozen_host_values(calls, index), *rebuilt_inputs(calls, index), *frozen_views(calls, index)]

@@ -20,6 +20,7 @@ from ..trace import (
     Free,
     GraphId,
     HostRead,
+    HostState,
     Launch,
     Mutation,
     Record,
@@ -44,7 +45,9 @@ class Graph:
     host_reads: list[HostRead] = field(default_factory=list)
     frees: list[Free] = field(default_factory=list)
     allocs: list[Alloc] = field(default_factory=list)
+    host_states: list[HostState] = field(default_factory=list)
     inputs: tuple[DataPtr, ...] = ()
+    generators: tuple[str, ...] = ()     # registered with the graph: its replays advance them
     begin: Capture | None = None
     end: Capture | None = None
 
@@ -103,6 +106,8 @@ class Index:
             self.graph(r.graph).mutations.append(r)
         elif kind is HostRead and r.graph is not None:
             self.graph(r.graph).host_reads.append(r)
+        elif kind is HostState:
+            self.graph(r.graph).host_states.append(r)
         elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
             self.views[r.tensor] = r
             self.views_of[r.base].append(r)
@@ -129,6 +134,7 @@ class Index:
         elif kind is Capture:
             g = self.graph(r.graph)
             g.inputs = tuple(dict.fromkeys((*g.inputs, *r.inputs)))
+            g.generators = tuple(dict.fromkeys((*g.generators, *r.generators)))
             if r.op == "begin":
                 g.begin, self.capturing = r, r.graph
                 self.eager.append(r)

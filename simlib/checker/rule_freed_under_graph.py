@@ -5,6 +5,10 @@ that uses the block, for that graph's next replay, and is reported there (a
 free during a capture once the capture has ended, against every node it
 captured); a free during a capture that no replay followed is reported when the
 program ends (``finish``). So a check costs what happened since the last one.
+
+A free that follows a ``Rebind`` of the block's tensor after a graph's capture is
+rule 14's (``weights_rebound``) for that graph: it names the cause, the owner's
+attribute rebound, and this rule yields.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..memory import graph_pool
-from ..trace import Alloc, Arg, Capture, DataPtr, Free, GraphId, Launch, Record, Replay
+from ..trace import Alloc, Arg, Capture, DataPtr, Free, GraphId, Launch, Rebind, Record, Replay
 from .findings import Finding
 from .index import Graph, Index
 from .intervals import Intervals
@@ -51,7 +55,7 @@ class FreedUnderGraph:
     a block allocated during a capture belongs to a graph pool (whatever its pool is called), so
     freeing it is not this rule's business."""
 
-    READS = (Alloc, Free, Replay, Capture)   # the records ``add`` needs: the checker feeds it no others
+    READS = (Alloc, Free, Replay, Capture, Rebind)   # the records ``add`` needs: the checker feeds it no others
 
     def __init__(self) -> None:
         self._lived: dict[GraphId, _Lived] = {}
@@ -59,6 +63,7 @@ class FreedUnderGraph:
         self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?
         self._during: list[Free] = []                  # frees in the open capture
         self._reported: set[tuple[GraphId, int, str]] = set()   # (graph, node, argument): once each
+        self._rebound: Intervals[set[GraphId]] = Intervals()   # a rebound tensor's block -> graphs rule 14 follows
         self._capturing = False
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
@@ -70,7 +75,11 @@ class FreedUnderGraph:
         kind = type(r)
         if kind is Free:
             return self._freed(r)
-        if kind is Alloc:
+        if kind is Rebind:
+            if r.old_nbytes and (r.old_ptr, r.old_nbytes) != (r.new_ptr, r.new_nbytes):
+                self._rebound.put(r.old_ptr, r.old_ptr + r.old_nbytes, set(self._lived))
+        elif kind is Alloc:
+            self._rebound.clear(r.ptr, r.ptr + max(r.nbytes, 1))
             self._from_capture[r.ptr] = self._capturing
             for lived in self._lived.values():
                 for w in lived.waiting:
@@ -89,8 +98,9 @@ class FreedUnderGraph:
             return []                    # graph-pool memory
         if self._capturing:
             self._during.append(free)
-        seen: set[GraphId] = set()
-        for _, users in self._users.overlapping(free.ptr, free.ptr + max(free.nbytes, 1)):
+        span = (free.ptr, free.ptr + max(free.nbytes, 1))
+        seen: set[GraphId] = set().union(*(gids for _, gids in self._rebound.overlapping(*span)))   # rule 14's
+        for _, users in self._users.overlapping(*span):
             for lived, user in users:
                 gid = lived.graph.id
                 if gid not in seen and free.pool != lived.pool and self._new(lived, user):

@@ -9,6 +9,7 @@ from .calls import CAPTURE, CallRecord, LaunchKey, earlier_eager_calls, read_sha
 from .findings import Finding, plural
 from .index import Index
 from .rules import FROZEN_HOST_VALUE
+from .wording import more_of_site
 
 
 def frozen_host_values(calls: list[CallRecord], index: Index) -> Iterator[Finding]:
@@ -51,8 +52,7 @@ def _finding(gid: int, site: str, name: str, hits: list[tuple[Launch, list[str]]
     node, seen = hits[0]
     frozen = dict(node.scalars)[name]
     where = f" (issued at {site})" if site else ""
-    n = len(hits) - 1
-    more = f" The same holds for {n} more launch{'es' if n > 1 else ''} of that call site." if n else ""
+    more = more_of_site(len(hits) - 1)
     earlier = ", ".join(dict.fromkeys(seen))
     return FROZEN_HOST_VALUE.finding(
         node.step, f"{node.label}: {name}", (),

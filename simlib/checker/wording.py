@@ -64,6 +64,12 @@ def distinct(consumers: Iterable[Consumer]) -> list[Consumer]:
     return sorted(seen.values(), key=lambda c: c[0].step)
 
 
+def more_of_site(n: int) -> str:
+    """`` The same holds for 2 more launches of that call site.`` ("" for none): a finding made for the
+    first launch of a call site that several captured launches share (a loop over layers)."""
+    return f" The same holds for {n} more launch{'es' if n > 1 else ''} of that call site." if n else ""
+
+
 def capitalised(text: str) -> str:
     return text[:1].upper() + text[1:]
 

@@ -1,8 +1,8 @@
 """The traces and programs the checker's tests are told in (tests/simlib/checker).
 
 Three ways to write a trace: a simulated program on a ``Runtime`` (``streams``,
-``scenario_findings``); ``Tracer``, one stream, calls, allocations by pointer, for the
-incident family's rules (8 to 11); and ``Recorder``, writing records the way a
+``scenario_findings``); ``Tracer``, one stream, calls, allocations by pointer, views and
+rebinds, for the incident family's rules (8 to 11, 13 to 18); and ``Recorder``, writing records the way a
 recorder of plain PyTorch does (real streams, fork and join through events, the
 caching allocator's blocks, host reads of shapes), with the stories several rules
 read (``warm_up_and_capture``, ``reorder_fix``). ``rules``, ``severities`` and
@@ -28,6 +28,7 @@ from simlib.trace import (
     HostRead,
     Launch,
     Mutation,
+    Rebind,
     Record,
     Replay,
     SkippedLaunch,
@@ -89,12 +90,23 @@ class Tracer:
         body()
         self.add(Call(self._step(), 0.0, "end", index, phase))
 
-    def capture(self, gid: int, body, pool: str = "") -> None:
-        self.add(Capture(self._step(), 0.0, "begin", gid, "capture", pool=pool))
+    def capture(self, gid: int, body, pool: str = "", generators: tuple[str, ...] = ()) -> None:
+        self.add(Capture(self._step(), 0.0, "begin", gid, "capture", pool=pool, generators=generators))
         self.graph = gid
         body()
         self.graph = None
-        self.add(Capture(self._step(), 0.0, "end", gid, "capture"))
+        self.add(Capture(self._step(), 0.0, "end", gid, "capture", generators=generators))
+
+    def view(self, tensor: int, base: int, ptr: int, label: str | None = None, shape: tuple[int, ...] = (32,)) -> None:
+        n = 1
+        for d in shape:
+            n *= d
+        self.add(View(self._step(), 0.0, tensor, label or f"t{tensor}", base, ptr, n, shape, self.graph))
+
+    def rebind(self, owner: str, attr: str, old: tuple[int, int], new: tuple[int, int], nbytes: int = 64) -> Rebind:
+        """``owner.attr``: ``old`` and ``new`` are (tensor, pointer)."""
+        return self.add(Rebind(self._step(), 0.0, owner, attr, old[0], old[1], nbytes, new[0], new[1], nbytes,
+                               f"t{old[0]}"))
 
     def alloc(self, tensor: int, ptr: int, nbytes: int = 64, pool: str = "default", label: str | None = None) -> None:
         self.add(Alloc(self._step(), 0.0, tensor, label or f"t{tensor}", ptr, nbytes, "capture", pool))

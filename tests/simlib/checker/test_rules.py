@@ -12,9 +12,10 @@ from simlib.checker.rules import DRY_RUN, GPU, PROCESS, RANKS, RULES
 README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
 
 
-def test_rules_are_numbered_0_to_12_and_only_the_races_are_warnings():
-    assert sorted(r.number for r in RULES.values()) == list(range(13))
-    assert {r.code for r in RULES.values() if r.severity == WARNING} == {"cross_stream_race", "reuse_after_free"}
+def test_rules_are_numbered_0_to_18_and_only_the_races_and_a_changed_host_state_are_warnings():
+    assert sorted(r.number for r in RULES.values()) == list(range(19))
+    assert {r.code for r in RULES.values() if r.severity == WARNING} == {
+        "cross_stream_race", "reuse_after_free", "host_state_branch"}
     assert all(r.severity in (ERROR, WARNING) for r in RULES.values())
     assert str(RULES["frozen_state"]) == "rule 7 (frozen_state)"
 
