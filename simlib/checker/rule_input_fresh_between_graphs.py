@@ -14,7 +14,9 @@ reported, once per graph and launch.
 
 Rule 10 also reports the capture's tensor where the program freed it since (the
 graph reads a freed block); this rule says why it went stale, and it fires too
-when the old tensor is kept alive. Limits: a launch without a site (``""``) ties
+when the old tensor is kept alive. An input its owner rebound (``Rebind``: new
+weights uploaded every step and bound to the module) is rule 14's, and this
+rule yields for it. Limits: a launch without a site (``""``) ties
 nothing; a fresh tensor the allocator happens to place where the old one was is
 no new input (the replays read it: right by luck), and the rule says nothing.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..trace import Arg, Capture, DataPtr, Free, GraphId, Launch, Record, Replay
+from ..trace import Arg, Capture, DataPtr, Free, GraphId, Launch, Rebind, Record, Replay
 from .findings import Finding
 from .index import Graph, Index
 from .inputs import reads_before_writes
@@ -45,6 +47,7 @@ class _Input:
     nbytes: int                                   # what the writer's write there spanned
     refreshed: bool = False                       # since the last replay: something wrote the range
     elsewhere: tuple[Launch, Arg] | None = None   # ... and the writer wrote a new tensor elsewhere
+    rebound: bool = False                         # its owner rebound it: rule 14's
 
     @property
     def span(self) -> tuple[DataPtr, DataPtr]:
@@ -54,7 +57,7 @@ class _Input:
 class FreshBetweenGraphs:
     """Rule 18 over records in order."""
 
-    READS = (Launch, Free, Capture, Replay)   # the records ``add`` needs: the checker feeds it no others
+    READS = (Launch, Free, Capture, Replay, Rebind)   # the records ``add`` needs: the checker feeds it no others
 
     def __init__(self) -> None:
         self._writers: Intervals[Launch] = Intervals()        # the last eager launch (with a site) per range
@@ -70,6 +73,10 @@ class FreshBetweenGraphs:
                 self._eager(r)
         elif kind is Free:
             self._writers.clear(r.ptr, r.ptr + max(r.nbytes, 1))
+        elif kind is Rebind:
+            for _, inputs in self._by_range.overlapping(r.old_ptr, r.old_ptr + max(r.old_nbytes, 1)):
+                for inp in inputs:
+                    inp.rebound = True
         elif kind is Replay:
             return self._replayed(r)
         elif kind is Capture and r.op == "end":
@@ -118,7 +125,7 @@ class FreshBetweenGraphs:
         found = []
         for inp in self._of_graph.get(replay.graph, ()):
             key = (inp.graph, inp.writer.site, inp.writer.kernel)
-            if inp.elsewhere is not None and not inp.refreshed and key not in self._reported:
+            if inp.elsewhere is not None and not inp.refreshed and not inp.rebound and key not in self._reported:
                 self._reported.add(key)
                 found.append(_finding(inp, replay))
             inp.refreshed, inp.elsewhere = False, None

@@ -13,9 +13,20 @@ evidence. The reference answers are read off the gallery's simulated runs.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Any, Callable
 
-from ..checker.rules import FREED_UNDER_GRAPH, FROZEN_HOST_VALUE, GRAPHS_CLOBBER, INPUT_REBUILT
+from ..checker.rules import (
+    FREED_UNDER_GRAPH,
+    FROZEN_HOST_VALUE,
+    GRAPHS_CLOBBER,
+    HOST_STATE_BRANCH,
+    INPUT_FRESH_BETWEEN_GRAPHS,
+    INPUT_REBUILT,
+    OUTPUT_OVERWRITTEN,
+    UNREGISTERED_GENERATOR,
+    VIEW_FROZEN,
+    WEIGHTS_REBOUND,
+)
 from ..engine.values import Call, Sym
 from ..glossary import CORRECT, SILENT_WRONG
 from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, shared_pool_what_if
@@ -27,12 +38,17 @@ ASKED_REPLAY = 5                     # exercise 1 asks about the replay that sta
 ORDERS = {"read_later": READ_LATER, "read_at_once": READ_AT_ONCE}
 RULE_CODES = tuple(r.code for r in (FROZEN_HOST_VALUE, INPUT_REBUILT, FREED_UNDER_GRAPH, GRAPHS_CLOBBER))
 FREED_CASES = ("buffer_rebound", "workspace_freed_in_capture", "workspace_resized_under_graph")
+FAMILY_CODES = tuple(r.code for r in (OUTPUT_OVERWRITTEN, WEIGHTS_REBOUND, VIEW_FROZEN, HOST_STATE_BRANCH,
+                                      UNREGISTERED_GENERATOR, INPUT_FRESH_BETWEEN_GRAPHS))
+FAMILY_CASES = ("weights_rebound_after_sync", "logits_kept_without_clone", "view_sliced_by_host_length",
+                "host_counter_in_capture", "generator_not_registered")
 
 READ = {
     "scalar": "notebook 07-gallery, section '1. A host scalar frozen into the graph'",
     "pool": "notebook 07-gallery, section '6. Two graphs in one pool'",
     "freed": "notebook 07-gallery, sections '3. A buffer re-bound every call', '4. A workspace freed "
              "inside capture' and '5. A workspace resized under a graph'",
+    "family": "notebook 07-gallery, section '8. The family in 2026'",
 }
 
 
@@ -95,14 +111,27 @@ def _wrong_pool(given: dict[str, str], expected: dict[str, str]) -> str:
     return f"{len(off)} of 2 wrong ({', '.join(off)}).\n" + "\n".join(f"  {_POOL_HINTS[k]}" for k in off)
 
 
-# --------------------------------------------------------------------------- 3 freed
+# --------------------------------------------------------------------------- 3 freed, 4 the 2026 family
 @cache
-def _freed_rules() -> dict[str, tuple[str, ...]]:
-    return {name: tuple(CASES[name].run().rules) for name in FREED_CASES}
+def _rules(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The checker's rules on each named case's hazard."""
+    return {name: tuple(CASES[name].run().rules) for name in names}
 
 
-def _solve_freed() -> dict[str, str]:
-    return {name: rules[0] for name, rules in _freed_rules().items()}
+def _listed_rules(names: tuple[str, ...]) -> str:
+    return "\n".join(f"  {name}: {', '.join(rules)}" for name, rules in _rules(names).items())
+
+
+def _first_rules(names: tuple[str, ...]) -> Callable[[], dict[str, str]]:
+    return lambda: {name: rules[0] for name, rules in _rules(names).items()}
+
+
+def _wrong_cases(names: tuple[str, ...], hints: dict[str, str]) -> Callable[[dict[str, str], dict[str, str]], str]:
+    """Which of the cases are wrong, each with its hint (never the answer)."""
+    def wrong(given: dict[str, str], expected: dict[str, str]) -> str:
+        off = [n for n in names if given[n] != expected[n]]
+        return f"{len(off)} of {len(names)} wrong ({', '.join(off)}).\n" + "\n".join(f"  {hints[n]}" for n in off)
+    return wrong
 
 
 _FREED_HINTS = {
@@ -119,13 +148,29 @@ _FREED_HINTS = {
 def _right_freed(expected: dict[str, str]) -> str:
     return ("Three stories, one rule: in each, a block a graph reads was freed outside the graph's pool "
             "while the graph lives on, and the allocator handed it to someone else.\n"
-            + "\n".join(f"  {name}: {', '.join(rules)}" for name, rules in _freed_rules().items())
+            + _listed_rules(FREED_CASES)
             + "\nThe fix is the same too: keep what a graph reads alive, in place, as long as the graph.")
 
 
-def _wrong_freed(given: dict[str, str], expected: dict[str, str]) -> str:
-    off = [n for n in FREED_CASES if given[n] != expected[n]]
-    return f"{len(off)} of 3 wrong ({', '.join(off)}).\n" + "\n".join(f"  {_FREED_HINTS[n]}" for n in off)
+_FAMILY_HINTS = {
+    "weights_rebound_after_sync": "weights_rebound_after_sync: the sync gives the module a new tensor. Which "
+                                  "tensor's address did the graph capture, and what names the change?",
+    "logits_kept_without_clone": "logits_kept_without_clone: the list holds the graph's static output once per "
+                                 "step. What does the next replay of the same graph do to it?",
+    "view_sliced_by_host_length": "view_sliced_by_host_length: cache[:n] is a pointer and sizes read on the "
+                                  "host. How do they differ from call to call, and what did the graph keep?",
+    "host_counter_in_capture": "host_counter_in_capture: the count is a Python int the captured update "
+                               "advances. Who advances it after the capture?",
+    "generator_not_registered": "generator_not_registered: a graph advances some generators on every replay. "
+                                "Is the tracker's one of them?",
+}
+
+
+def _right_family(expected: dict[str, str]) -> str:
+    return ("Five stories from the public record in 2026, five rules: in each, a replay computes with "
+            "something the host changed, replaced or meant to change, and nothing fails.\n"
+            + _listed_rules(FAMILY_CASES)
+            + "\nEach fix moves what changes to where a replay sees it: in place, on the device, or registered.")
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -136,7 +181,10 @@ EXERCISES: dict[int, Exercise] = {
                 _solve_pool, _wrong_pool, _right_pool),
     3: Exercise("Which rule names the freed block?", "freed",
                 record_answer({n: word_answer(RULE_CODES, n) for n in FREED_CASES}),
-                _solve_freed, _wrong_freed, _right_freed),
+                _first_rules(FREED_CASES), _wrong_cases(FREED_CASES, _FREED_HINTS), _right_freed),
+    4: Exercise("Which rule names each hazard of 2026?", "family",
+                record_answer({n: word_answer(FAMILY_CODES, n) for n in FAMILY_CASES}),
+                _first_rules(FAMILY_CASES), _wrong_cases(FAMILY_CASES, _FAMILY_HINTS), _right_family),
 }
 
 GALLERY_LAB = Workbook("the gallery", EXERCISES, READ, frozenset(SCALES))

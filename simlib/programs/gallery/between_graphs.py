@@ -94,3 +94,103 @@ def captured_first(session: Session, order: str, fixed: bool) -> None:
     session.capture("bs2")
     for name in order.split():
         session.replay(name)
+
+
+VERIFY_LATER = "replay target, replay draft, then verify"
+SPEC_STEPS = 2          # speculative steps the runner takes
+
+
+def drafter(fixed: bool) -> Build:
+    """A target model's decode graph and a draft model's graph captured into its pool (``pool=``), the
+    target's logits kept as a weak reference; the draft reads the target's hidden state, copied into its
+    static input, and the verification (rejection sampling) reads the target's logits after the draft ran.
+
+    The fix is in the runner (``target_then_draft``): it copies the target's logits out right after its
+    replay; the programs are the same.
+    """
+    def build(rt: Runtime) -> Mapping[str, Program]:
+        tokens, draft_in = rt.empty((1, H), "tokens"), rt.empty((1, H), "draft_hidden")
+        last = {"target": None}
+
+        def model(name: str, x: TensorHandle) -> TensorHandle:
+            h = rt.op(f"{name}_layers", x, out_shape=(1, 2 * H), label=f"{name}_hidden")
+            logits = rt.op(f"{name}_head", h, out_shape=(1, H), label=f"{name}_logits")
+            rt.release(h)
+            return logits
+
+        def weak(out: TensorHandle) -> TensorHandle:
+            kept = rt.weak_ref(out, label=out.label)
+            rt.release(out)
+            return kept
+
+        def hand_over(k: int, out: TensorHandle) -> None:
+            last["target"] = out
+
+        def draft_feed(k: int) -> None:
+            if last["target"] is not None:
+                draft_in.copy_(last["target"])           # the draft proposes from the target's state
+
+        return {"target": Program(lambda: model("target", tokens), lambda k: refreshed(rt, tokens, "tok", k),
+                                  [tokens], after_capture=weak, after=hand_over),
+                "draft": Program(lambda: model("draft", draft_in), draft_feed, [draft_in])}
+    return build
+
+
+def target_then_draft(session: Session, order: str, fixed: bool) -> None:
+    """Capture the target, then the draft into its pool; each step replays the target, then the draft,
+    then verifies with the target's logits (``fixed``: copied out right after the target's replay)."""
+    session.warm_up("target", calls=1)
+    session.capture("target")
+    session.warm_up("draft", calls=1)
+    session.capture("draft", pool_of="target")
+    for _ in range(SPEC_STEPS):
+        verify = session.replay("target", read=False, copy_out=fixed)
+        session.replay("draft")
+        verify()
+
+
+def op_between_pieces(fixed: bool) -> Build:
+    """Piecewise graphs: attention and the MLP's down projection are captured pieces, and the op between
+    them (``silu_and_mul``) runs eagerly every step, returning a fresh tensor that the next piece reads.
+
+    Fixed: the op writes into the tensor the second piece was captured with (``out=``).
+    """
+    def build(rt: Runtime) -> Mapping[str, Program]:
+        x, static = rt.empty((1, H), "x"), rt.empty((1, 2 * H), "gate_up")
+        between: dict[str, TensorHandle | None] = {"attn": None, "act": None}
+
+        def hand_over(k: int, out: TensorHandle) -> None:
+            between["attn"] = out
+
+        def activation(k: int) -> None:
+            attn = between["attn"]
+            if attn is None:
+                return
+            if fixed:
+                rt.launch("silu_and_mul", reads=[attn], writes=[static], label="act")
+                between["act"] = static
+                return
+            old = between["act"]
+            between["act"] = rt.op("silu_and_mul", attn, out_shape=(1, 2 * H), label="act")
+            if old is not None:
+                rt.release(old)                          # the previous step's, dropped when the name is rebound
+
+        def down() -> TensorHandle:
+            act = between["act"]
+            assert act is not None
+            return rt.op("down_proj", act, out_shape=(1, H), label="mlp_out")
+        return {"attention": Program(lambda: rt.op("attention", x, out_shape=(1, H), label="attn_out"),
+                                     lambda k: refreshed(rt, x, "x", k), [x], after=hand_over),
+                "mlp_down": Program(down, activation)}
+    return build
+
+
+def piece_by_piece(session: Session, order: str, fixed: bool) -> None:
+    """Warm up and capture both pieces, then run ``order``'s steps: attention, the op between, the MLP."""
+    for name in ("attention", "mlp_down"):
+        session.warm_up(name, calls=1)
+    for name in ("attention", "mlp_down"):
+        session.capture(name)
+    for _ in range(3):
+        session.replay("attention")
+        session.replay("mlp_down")

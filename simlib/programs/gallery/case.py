@@ -60,7 +60,7 @@ class CaseRun:
 @dataclass(frozen=True)
 class Case:
     """An incident pattern: ``name`` is the hazardous program, ``fix`` the fixed one (the
-    names of their PyTorch twins in ``gpu_demo.corpus``)."""
+    names of their PyTorch twins in ``gpu_demo.corpus``, where they have one)."""
 
     name: str
     fix: str

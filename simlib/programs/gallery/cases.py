@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from ...checker.rules import FREED_UNDER_GRAPH, FROZEN_HOST_VALUE, GRAPHS_CLOBBER, INPUT_REBUILT
+from ...checker.rules import (
+    FREED_UNDER_GRAPH,
+    FROZEN_HOST_VALUE,
+    GRAPHS_CLOBBER,
+    HOST_STATE_BRANCH,
+    INPUT_FRESH_BETWEEN_GRAPHS,
+    INPUT_REBUILT,
+    OUTPUT_OVERWRITTEN,
+    UNREGISTERED_GENERATOR,
+    VIEW_FROZEN,
+    WEIGHTS_REBOUND,
+)
 from ...glossary import CORRECT, SILENT_WRONG
-from . import between_graphs, freed, frozen
+from . import between_graphs, freed, frozen, host_state, outputs
 from .case import ONE_ORDER, Case
 
 HOST_SCALAR = Case(
@@ -150,5 +161,147 @@ BUFFER_REBOUND = Case(
     build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
     reuse_decides=True)
 
+# The family as it stands in 2026 (issue 36): no PyTorch twin in gpu_demo.corpus yet.
+
+WEIGHTS_SYNC = Case(
+    name="weights_rebound_after_sync", fix="fix_weights_copied_in_place",
+    threads=("vLLM #48251", "vLLM #40390", "vLLM RFC #48941", "SGLang #4961", "SGLang #27140", "SGLang #32718",
+             "PEFT #2611"),
+    story=(
+        "An RL trainer syncs new weights into the inference engine between steps, and the engine replays "
+        "decode graphs captured at start-up. The sync replaces the module's parameter with a new tensor "
+        "(module.weight = nn.Parameter(new)); a reload, a process_weights_after_loading step, a memory-saver "
+        "resume or a LoRA swap can do the same. A graph holds the address it was captured with, not the "
+        "attribute: every replay after the sync computes with the old weights, or, once the old tensor is "
+        "freed, with whatever the allocator put in its block since. Nothing fails; the rollouts come from "
+        "a stale policy."),
+    pytorch=(
+        "def sync_weights(model, new_state):\n"
+        "    for name, new in new_state.items():\n"
+        "        setattr(model.get_submodule(owner(name)), leaf(name), nn.Parameter(new))   # a new tensor\n"
+        "graph.replay()                     # still reads the old weight's address\n"),
+    pytorch_fix=(
+        "with torch.no_grad():\n"
+        "    for name, new in new_state.items():\n"
+        "        model.get_parameter(name).copy_(new)       # into the captured parameter, in place\n"),
+    build=frozen.weights_synced, expected={ONE_ORDER: SILENT_WRONG}, rules=(WEIGHTS_REBOUND.code,))
+
+LOGITS_KEPT = Case(
+    name="logits_kept_without_clone", fix="fix_logits_cloned",
+    threads=("PyTorch #181723", "TransformerEngine #2937", "PyTorch #154306"),
+    story=(
+        "A generate loop keeps each step's logits in a list (output_scores) and stacks them at the end. Each "
+        "step's logits are the decode graph's static output: the list holds the same memory once per step, "
+        "and every replay writes it again, so the stacked scores are the last step's, repeated. The same "
+        "holds for the static outputs and gradient buffers make_graphed_callables returns, kept across calls. "
+        "Each token sampled right after its replay was right, so generation looks fine; the scores are wrong."),
+    pytorch=(
+        "scores = []\n"
+        "for step in range(steps):\n"
+        "    static_input.copy_(next_hidden); graph.replay()\n"
+        "    scores.append(static_logits)          # the graph's output: rewritten by the next replay\n"
+        "torch.stack(scores)\n"),
+    pytorch_fix=(
+        "    scores.append(static_logits.clone())  # this step's values, in memory of its own\n"),
+    build=outputs.logits_kept, expected={ONE_ORDER: SILENT_WRONG}, rules=(OUTPUT_OVERWRITTEN.code,))
+
+VIEW_SLICED = Case(
+    name="view_sliced_by_host_length", fix="fix_length_in_device_tensor",
+    threads=("transformers #45274",),
+    story=(
+        "Attention reads a static KV cache up to the current length, cache[:n], with n a Python int "
+        "(int(lengths_cpu[0])) that grows by one every step. A slice is host metadata, a pointer and sizes "
+        "read on the host at launch like a scalar, and it is not part of the graph's key: the graph froze "
+        "the slice of the capture's step, and every replay attends over that many positions, however long "
+        "the sequence is now. The same happens to a nanoGPT-style cache indexed by a Python self.pos."),
+    pytorch=(
+        "n = int(lengths_cpu[0])                          # one more every step\n"
+        "out = attention(q, self.k_cache[:n], self.v_cache[:n])\n"),
+    pytorch_fix=(
+        "self.length.fill_(n)                             # a static device tensor, before each replay\n"
+        "out = attention(q, self.k_cache, self.v_cache, mask=positions < self.length)\n"),
+    build=host_state.view_sliced, expected={ONE_ORDER: SILENT_WRONG}, rules=(VIEW_FROZEN.code,))
+
+HOST_COUNTER = Case(
+    name="host_counter_in_capture", fix="fix_counter_on_device",
+    threads=("transformers 5 StaticSlidingWindowLayer", "vLLM #52492"),
+    story=(
+        "A sliding-window cache layer counts the tokens it has seen in a Python int that its update advances "
+        "(cumulative_length_int += kv_length) and appends while the window fills, rolls once it is full. The "
+        "capture ran the update once: the graph holds the branch the count picked then, and the count, which "
+        "no replay advances, never reaches the window. Once a real step would roll, every replay appends at "
+        "the wrong place. The full-attention layer keeps its count on the device and is fine; a host shortcut "
+        "taken only at capture fails alike."),
+    pytorch=(
+        "def update(self, key_states, ...):\n"
+        "    if self.cumulative_length_int >= self.window:  # a host branch, taken at capture only\n"
+        "        ...roll the cache, write the last row...\n"
+        "    else:\n"
+        "        ...write row cumulative_length_int...\n"
+        "    self.cumulative_length_int += key_states.shape[-2]\n"),
+    pytorch_fix=(
+        "self.cumulative_length += key_states.shape[-2]     # a device tensor: each replay advances it\n"
+        "index = torch.where(self.cumulative_length >= self.window, ...)   # the branch on the device\n"),
+    build=host_state.host_counter, expected={ONE_ORDER: SILENT_WRONG}, rules=(HOST_STATE_BRANCH.code,))
+
+GENERATOR = Case(
+    name="generator_not_registered", fix="fix_generator_registered",
+    threads=("Megatron-LM #5697", "Megatron-LM #5791", "SGLang-omni #415"),
+    story=(
+        "Dropout in a tensor-parallel region draws from the model-parallel RNG tracker's own CUDA generator, "
+        "not the default one. A graph advances the default generator on every replay, and any generator "
+        "registered with it; this one was not registered, so the capture read its seed and offset once and "
+        "froze them into the dropout kernel. Every replay draws the same mask: training goes on, with "
+        "correlated noise, and nothing fails."),
+    pytorch=(
+        "with get_cuda_rng_tracker().fork():              # a private torch.Generator\n"
+        "    out = torch.nn.functional.dropout(x, p)      # captured with the generator's state of the capture\n"),
+    pytorch_fix=(
+        "graph.register_generator_state(get_cuda_rng_tracker().generator)   # before capturing\n"),
+    build=host_state.private_generator, expected={ONE_ORDER: SILENT_WRONG}, rules=(UNREGISTERED_GENERATOR.code,))
+
+DRAFTER = Case(
+    name="drafter_shared_pool", fix="fix_drafter_output_copied",
+    threads=("vLLM #53488", "vLLM #53520"),
+    story=(
+        "Speculative decoding: the target model's decode graph and the draft model's graph are captured into "
+        "one memory pool, and the target's logits are kept as a weak reference, so the draft's capture may "
+        "take their memory. Each step replays the target, hands its hidden state to the draft, replays the "
+        "draft, then verifies the draft's tokens against the target's logits: by then the draft's replay has "
+        "written its own output over them, and the verification compares the draft with itself."),
+    pytorch=(
+        "with torch.cuda.graph(g_target): logits = target(tokens)\n"
+        "logits = weak_ref_tensors(logits)\n"
+        "with torch.cuda.graph(g_draft, pool=g_target.pool()): draft_logits = draft(draft_hidden)\n"
+        "g_target.replay(); g_draft.replay(); verify(logits)   # logits' block now holds the draft's output\n"),
+    pytorch_fix=(
+        "g_target.replay(); target_logits = logits.clone()   # copied out before the draft replays\n"
+        "g_draft.replay(); verify(target_logits)\n"),
+    build=between_graphs.drafter, script=between_graphs.target_then_draft,
+    expected={between_graphs.VERIFY_LATER: SILENT_WRONG}, rules=(GRAPHS_CLOBBER.code,), shows="draft",
+    notes={between_graphs.VERIFY_LATER: "the draft's replay overwrites the target's logits before they are verified"})
+
+OP_BETWEEN = Case(
+    name="op_between_pieces_fresh", fix="fix_op_writes_static_input",
+    threads=("vLLM #53915",),
+    story=(
+        "Piecewise CUDA graphs capture the model in pieces and run some ops eagerly between them. The op "
+        "between two pieces returns a fresh tensor every step, and the next piece reads it: that piece was "
+        "captured reading the fresh tensor of the capture's step, and keeps reading that address. The "
+        "program made the piece a new input every step that the piece never sees; once the old tensor is "
+        "dropped, the allocator hands its block to the next step's result every other step, so the piece "
+        "reads a result that is one step old, or right by luck."),
+    pytorch=(
+        "h = attention_piece(x)                  # a captured piece\n"
+        "act = silu_and_mul(h)                   # eager, between pieces: a fresh tensor every step\n"
+        "out = mlp_down_piece(act)               # captured with the capture step's act\n"),
+    pytorch_fix=(
+        "silu_and_mul(h, out=static_act)         # into the tensor the next piece was captured with\n"),
+    build=between_graphs.op_between_pieces, script=between_graphs.piece_by_piece,
+    expected={"attention, op between, mlp_down": SILENT_WRONG},
+    rules=(INPUT_FRESH_BETWEEN_GRAPHS.code, FREED_UNDER_GRAPH.code), shows="mlp_down",
+    notes={"attention, op between, mlp_down": "the second piece reads the activation of the capture's step"})
+
 CASES: dict[str, Case] = {c.name: c for c in (HOST_SCALAR, INPUT_REBUILT, WORKSPACE_RESIZED, WORKSPACE_FREED,
-                                              SHARED_POOL, LAZY_CACHE, BUFFER_REBOUND)}
+                                              SHARED_POOL, LAZY_CACHE, BUFFER_REBOUND, WEIGHTS_SYNC, LOGITS_KEPT,
+                                              VIEW_SLICED, HOST_COUNTER, GENERATOR, DRAFTER, OP_BETWEEN)}

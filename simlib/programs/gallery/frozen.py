@@ -1,4 +1,5 @@
-"""Programs whose graph froze something the host changes every call: a scalar, a rebuilt input, a re-bound buffer."""
+"""Programs whose graph froze something the host changes every call: a scalar, a rebuilt input, a re-bound
+buffer, weights a sync replaces."""
 
 from __future__ import annotations
 
@@ -79,4 +80,26 @@ def buffer_rebound(fixed: bool) -> Build:
                 rt.release(buf)                               # the old one has no reference left
             return rt.op("scale_by_buf", x, module["buf"], out_shape=(T, H))
         return Program(forward, feed, [x, module["buf"]] if fixed else [x])
+    return build
+
+
+def weights_synced(fixed: bool) -> Build:
+    """A policy whose weights the trainer syncs before every call (RL): the new weights replace the
+    module's parameter (``module.weight = nn.Parameter(new)``), and the old one is dropped.
+
+    Fixed: the new weights are copied into the captured parameter in place (``weight.data.copy_(new)``).
+    """
+    def build(rt: Runtime) -> Program:
+        x = rt.empty((T, H), "x")
+        mlp = rt.host_object("policy.mlp", weight=rt.from_host((H, H), "weight", value="w0"))
+
+        def feed(k: int) -> None:
+            refreshed(rt, x, "x", k)
+            new = rt.from_host((H, H), "weight", value=f"w{k}")           # from the trainer
+            if fixed:
+                mlp.weight.copy_(new)
+                rt.release(new)
+            else:
+                rt.rebind(mlp, "weight", new)
+        return Program(lambda: rt.op("linear", x, mlp.weight, out_shape=(T, H)), feed, [x])
     return build

@@ -14,7 +14,7 @@ from simlib.checker import IncrementalChecker
 from simlib.programs.gallery import CASES
 from simlib.programs.scenarios import run as run_scenario
 from simlib.programs.spec import MATRIX
-from simlib.trace import Trace
+from simlib.trace import Call, Trace
 
 
 def _traces() -> list[tuple[str, Trace]]:
@@ -61,3 +61,14 @@ def test_a_whole_program_keeps_no_more_eager_records_than_its_window():
     checker = IncrementalChecker(whole_program=True, window=10)
     checker.feed(trace.records)
     assert len(checker._since_capture) <= 10 and not checker.index.eager
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_whole_program_with_no_call_records_finds_each_cases_rules_and_nothing_on_its_fix(name):
+    # As the whole-process check records a program: nobody brackets its calls (rules 8, 9 and 15 infer them).
+    case = CASES[name]
+    for fixed in (False, True):
+        records = [r for r in case.run(fixed=fixed).result.trace.records if type(r) is not Call]
+        checker = IncrementalChecker(whole_program=True)
+        found = {f.code for f in checker.feed(records) + checker.finish()}
+        assert found == (set() if fixed else set(case.rules)), (fixed, found)

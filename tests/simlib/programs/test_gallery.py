@@ -13,11 +13,18 @@ CORPUS_NAMES = {  # the names of the PyTorch twins in gpu_demo/corpus, as the br
     "workspace_resized_under_graph", "fix_workspace_sized_once", "workspace_freed_in_capture",
     "fix_workspace_kept_alive", "shared_pool_clobber", "fix_shared_pool_output_copied", "lazy_cache_in_capture",
     "fix_cache_created_before_capture", "buffer_rebound", "fix_buffer_copied_in_place"}
+FAMILY_2026 = {  # issue 36's cases, with no PyTorch twin in gpu_demo/corpus yet: the rule each one is about
+    "weights_rebound_after_sync": "weights_rebound", "logits_kept_without_clone": "output_overwritten",
+    "view_sliced_by_host_length": "view_frozen", "host_counter_in_capture": "host_state_branch",
+    "generator_not_registered": "unregistered_generator", "drafter_shared_pool": "graphs_clobber",
+    "op_between_pieces_fresh": "input_fresh_between_graphs"}
 
 
-def test_the_gallery_has_seven_cases_named_like_their_corpus_twins():
-    assert len(CASES) >= 7
-    assert {n for c in CASES.values() for n in (c.name, c.fix)} == CORPUS_NAMES
+def test_the_gallery_has_its_cases_named_like_their_corpus_twins_and_the_2026_family():
+    assert len(CASES) == 14
+    twinned = {n for c in CASES.values() if c.name not in FAMILY_2026 for n in (c.name, c.fix)}
+    assert twinned == CORPUS_NAMES
+    assert {name: CASES[name].rules[0] for name in FAMILY_2026} == FAMILY_2026
     for c in CASES.values():
         assert c.threads and len(c.story) > 200 and c.pytorch.strip() and c.pytorch_fix.strip()
         assert all(term(outcome) for outcome in c.expected.values())

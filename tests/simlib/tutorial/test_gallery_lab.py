@@ -21,7 +21,11 @@ WRONG = {
     2: ({"read_later": "correct", "read_at_once": "correct"}, "weak reference"),
     3: ({"buffer_rebound": "input_rebuilt", "workspace_freed_in_capture": "freed_under_graph",
          "workspace_resized_under_graph": "graphs_clobber"}, "resize_"),
+    4: ({"weights_rebound_after_sync": "input_fresh_between_graphs", "logits_kept_without_clone": "output_overwritten",
+         "view_sliced_by_host_length": "view_frozen", "host_counter_in_capture": "host_state_branch",
+         "generator_not_registered": "unregistered_generator"}, "names the change"),
 }
+IN_THE_NOTEBOOK = (1, 2, 3)   # exercise 4 comes with notebook 07's section on the 2026 family
 
 
 @pytest.mark.parametrize("number", sorted(gallery_lab.EXERCISES))
@@ -50,6 +54,8 @@ def test_the_answers_are_read_off_the_simulated_cases():
     assert f"all_reduce(x5, {gallery_lab.expected(1)})" == str(replay.got) != str(replay.want)
     assert gallery_lab.expected(2) == {"read_later": "silent_wrong", "read_at_once": "correct"}
     assert set(gallery_lab.expected(3).values()) == {"freed_under_graph"}
+    assert gallery_lab.expected(4) == {name: CASES[name].rules[0] for name in gallery_lab.FAMILY_CASES}
+    assert len(set(gallery_lab.expected(4).values())) == 5           # five cases, five rules
 
 
 def test_a_wrong_answer_names_only_what_is_wrong_and_gives_nothing_away():
@@ -76,17 +82,24 @@ def test_a_malformed_answer_says_what_form_is_expected(number, answer, expected_
 
 
 def test_an_unknown_exercise_is_refused_with_the_gallery_s_range():
-    with pytest.raises(ValueError, match="^there is no exercise 4; the gallery has exercises 1 to 3$"):
-        gallery_lab.check(4, "x")
+    with pytest.raises(ValueError, match="^there is no exercise 5; the gallery has exercises 1 to 4$"):
+        gallery_lab.check(5, "x")
 
 
-def test_the_notebook_asks_every_exercise_unanswered_and_checks_it():
+def test_the_notebook_asks_its_exercises_unanswered_and_checks_them():
     cells = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
-    for number in gallery_lab.EXERCISES:
+    for number in IN_THE_NOTEBOOK:
         (answer,) = [c for c in cells if c.startswith(f"answer_{number} = ")]
         values = re.sub(r"#.*", "", answer)          # the comments list the choices
         assert "..." in values and not re.search(r'"(scale@\d|correct|silent_wrong|freed_under_graph)"', values)
         assert f"gallery_lab.check({number}, answer_{number})" in cells
+
+
+@pytest.mark.xfail(strict=True, reason="notebook 07 does not ask exercise 4 yet: its cells come with the section on "
+                                        "the 2026 family; once they do, drop this mark and IN_THE_NOTEBOOK")
+def test_the_notebook_asks_every_exercise():
+    cells = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    assert all(f"gallery_lab.check({number}, answer_{number})" in cells for number in gallery_lab.EXERCISES)
 
 
 def test_a_wrong_answer_shows_its_coaching_in_ipython_without_a_traceback():
