@@ -24,5 +24,5 @@ time timeout 300 python3 -m gpu_demo.zoo.runner --out "$OUT/zoo-h200.json" --job
 echo "zoo exit: $?"
 time timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu \
     tests/gpu_demo/test_corpus.py tests/gpu_demo/guard/test_process_family.py tests/gpu_demo/guard/test_autocheck.py \
-    tests/gpu_demo/record --junitxml="$OUT/family-gpu-tests.xml" 2>&1 | tail -30
+    tests/gpu_demo/guard/record --junitxml="$OUT/family-gpu-tests.xml" 2>&1 | tail -30
 echo "gpu tests exit: ${PIPESTATUS[0]}"

@@ -37,11 +37,11 @@ from pathlib import Path
 import torch
 
 from gpu_demo.guard.process import check_process
+from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.measure.overhead import collector_time
 from gpu_demo.measure.provenance import provenance
 from gpu_demo.measure.stacks import plain_stack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
 
 TARGET = 3.0
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

@@ -14,12 +14,12 @@ The public surface is small:
     a test-suite guard: recording, checker and differential replay (``gpu_demo.guard``)
 ``warm_checks()``
     checks inside share one warm child process: torch and your modules are imported once
-    (``gpu_demo.protocol.worker``; for pytest: ``-p gpu_demo.guard.pytest_plugin``)
+    (``gpu_demo.guard.protocol.worker``; for pytest: ``-p gpu_demo.guard.pytest_plugin``)
 ``capture_checked()``
     check every CUDA-graph capture inside a ``with`` block (``gpu_demo.guard.process``;
     ``CAPTURE_ORDER_CHECK=1`` checks a whole unmodified program)
 ``label(tensor, name)``
-    name a tensor in recorded traces (``gpu_demo.record.annotate``)
+    name a tensor in recorded traces (``gpu_demo.guard.record.annotate``)
 
 and the CLI, ``python -m gpu_demo run | bench | decode | record | check | corpus | fidelity``.
 """
@@ -40,9 +40,9 @@ def __getattr__(name: str) -> Any:
     elif name in ("CaptureHazardWarning", "capture_checked"):
         from gpu_demo.guard import process as home
     elif name == "warm_checks":
-        from gpu_demo.protocol import worker as home
+        from gpu_demo.guard.protocol import worker as home
     elif name == "label":
-        from gpu_demo.record import annotate as home
+        from gpu_demo.guard.record import annotate as home
     else:
         raise AttributeError(f"module 'gpu_demo' has no attribute {name!r}")
     value = globals()[name] = getattr(home, name)

@@ -32,14 +32,14 @@ FLOORS = [
     ("simlib.tutorial",),                   # the notebooks' pictures, tables, widgets and exercises
     ("simlib",),                            # its face (__init__) and command lines (__main__, bench)
     ("gpu_demo.results",),                  # the recorded GPU results: json and pathlib, no torch
-    ("gpu_demo.protocol",),
-    ("gpu_demo.record",),
-    ("gpu_demo.guard", "gpu_demo.autocheck"),
-    ("gpu_demo",),                          # the package's public surface: guard and record
-    ("gpu_demo.corpus", "gpu_demo.zoo"),    # plain-PyTorch programs and real models; runners use the guard
+    ("gpu_demo.guard.protocol",),           # capture, replay, compare; the child process, the warm worker
+    ("gpu_demo.guard.record",),             # the recorder of real captures
+    ("gpu_demo.guard",),                    # the checks users run, and the job-wide check (guard.job)
+    ("gpu_demo", "gpu_demo.autocheck"),     # the package's public surface; python -m gpu_demo.autocheck
+    ("gpu_demo.corpus",),                   # plain-PyTorch programs; their runner uses the guard
     ("gpu_demo.moe",),
-    ("gpu_demo.distributed",),              # the tensor-parallel MoE and the guard under torchrun
-    ("gpu_demo.measure",),
+    ("gpu_demo.distributed",),              # the tensor-parallel MoE
+    ("gpu_demo.measure", "gpu_demo.zoo"),   # measurements; real models the guard must pass, and their runner
     ("gpu_demo.cli", "gpu_demo.__main__", "gpu_demo.distributed.__main__"),
     ("gpu_demo.lab",),                      # the tutorial's exercise: uses the public surface
 ]
@@ -151,8 +151,8 @@ def test_no_module_takes_part_in_an_import_circle():
 
 
 def test_a_planted_circle_would_be_found(monkeypatch):
-    monkeypatch.setitem(GRAPH, "gpu_demo.protocol.metric", GRAPH["gpu_demo.protocol.metric"] | {"gpu_demo.cli.main"})
-    assert any("gpu_demo.protocol.metric" in c for c in _cycles())
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.protocol.metric", GRAPH["gpu_demo.guard.protocol.metric"] | {"gpu_demo.cli.main"})
+    assert any("gpu_demo.guard.protocol.metric" in c for c in _cycles())
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -188,6 +188,21 @@ def test_the_checker_reads_the_vocabulary_alone():
 def test_a_planted_import_of_a_program_by_the_engine_would_be_found(monkeypatch):
     monkeypatch.setitem(GRAPH, "simlib.engine.device", GRAPH["simlib.engine.device"] | {"simlib.programs.harness"})
     assert ("simlib.engine.device", "simlib.programs.harness") in _strays("simlib.engine", VOCABULARY)
+
+
+GUARD = "gpu_demo.guard"   # the room that holds everything a user's check needs
+
+
+def test_the_guard_room_imports_only_itself_and_simlib():
+    """Besides torch and the standard library (not modules of this tree): no lab, no results, not the face."""
+    assert _strays(GUARD, ("simlib",)) == []
+
+
+def test_a_planted_import_of_the_lab_or_the_face_by_the_guard_would_be_found(monkeypatch):
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.check", GRAPH["gpu_demo.guard.check"] | {"gpu_demo.moe.model"})
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.record.ops", GRAPH["gpu_demo.guard.record.ops"] | {"gpu_demo"})
+    assert _strays(GUARD, ("simlib",)) == [("gpu_demo.guard.check", "gpu_demo.moe.model"),
+                                           ("gpu_demo.guard.record.ops", "gpu_demo")]
 
 
 # --------------------------------------------------------------------------- no path into gpu_demo

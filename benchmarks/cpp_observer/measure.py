@@ -1,6 +1,6 @@
 """What the recorder's per-op work would cost in C++, against the Python dispatch mode.
 
-``gpu_demo.record.recorder`` does its per-op work in Python, in a ``TorchDispatchMode``;
+``gpu_demo.guard.record.recorder`` does its per-op work in Python, in a ``TorchDispatchMode``;
 a dispatch mode that only calls each op (``floor``) already costs a large part of
 the 3x the recorder aims for (README, "Check your own capture code"). This
 measures the alternative below Python: ``observer.cpp``, a C++ observer on

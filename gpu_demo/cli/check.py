@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from gpu_demo.cli.common import cannot_write, default_path, format_table, no_cuda, positive_int, refuse_unwritable, write_result
-from gpu_demo.protocol.tolerance import DTYPES
+from gpu_demo.guard.protocol.tolerance import DTYPES
 from simlib.glossary import COULD_NOT_CHECK, NOT_ON_GPU, PASSED
 
 BAD_USAGE = 2

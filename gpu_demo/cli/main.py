@@ -44,8 +44,8 @@ from gpu_demo.cli.common import (
     refuse_unwritable,
     write_result,
 )
+from gpu_demo.guard.protocol.tolerance import DTYPES
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.tolerance import DTYPES
 from gpu_demo.zoo import runner as zoo_runner
 from simlib.engine.graph import CAPTURE_MODES
 from simlib.programs.spec import (
@@ -384,7 +384,7 @@ def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
             return cannot_write("record", "trace_out", args.trace_out, exc.strerror or str(exc))
     captured = [r for r in trace.records if getattr(r, "graph", None) is not None]
     if trace.meta["mode"] == "dry_run":
-        from gpu_demo.record.dry_run import NOT_SEEN
+        from gpu_demo.guard.record.dry_run import NOT_SEEN
 
         print(f"{config.name}: {NOT_SEEN}; record on a GPU (without --dry-run) for those.")
     print(f"{config.name}: {trace.meta['mode']} recording, {len(trace.records)} records, "

@@ -35,7 +35,7 @@ import pkgutil
 from types import ModuleType
 
 HAZARDOUS, SAFE = "hazardous", "safe"
-_NOT_PROGRAMS = {"runner", "anchors"}   # the corpus's tooling, not programs
+_NOT_PROGRAMS = {"runner", "anchors", "serving"}   # the corpus's tooling, not programs
 
 PROGRAMS: tuple[str, ...] = tuple(sorted(
     m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name not in _NOT_PROGRAMS

@@ -30,8 +30,8 @@ from typing import Any
 import torch
 
 from gpu_demo import corpus
-from gpu_demo.protocol.serving import serve
-from gpu_demo.protocol.tolerance import DTYPES
+from gpu_demo.corpus.serving import serve
+from gpu_demo.guard.protocol.tolerance import DTYPES
 
 TOOLS = ("cuda_sanitizer", "compute_sanitizer")
 _REPO = Path(__file__).resolve().parents[2]

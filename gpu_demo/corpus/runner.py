@@ -1,6 +1,6 @@
 """Run the corpus on a GPU: what the device did, and what each mode of the guard said.
 
-For each program, in its own child processes (``gpu_demo.protocol.child``):
+For each program, in its own child processes (``gpu_demo.guard.protocol.child``):
 
 * **truth**: for a function, build the program twice under one seed (the
   captured instance and an eager reference that never takes part in the
@@ -14,7 +14,7 @@ For each program, in its own child processes (``gpu_demo.protocol.child``):
   a script has no one function to check, so this mode does not apply to it;
 * **process**: the whole-process check (``check_process``, what
   ``CAPTURE_ORDER_CHECK=1`` starts) over the program run the way a server
-  starts up (``gpu_demo.protocol.serving.serve``: eager calls, a capture,
+  starts up (``gpu_demo.corpus.serving.serve``: eager calls, a capture,
   replays with fresh inputs), or over the script, and the findings of every
   check it made;
 * **anchors** (``anchors=True``): the program under PyTorch's CUDA sanitizer and
@@ -24,7 +24,7 @@ A program is **flagged** by ``check_capture`` when the guard names its hazard: a
 checker rule fired, or the differential replay showed ``silent_wrong`` or
 ``illegal_address``, or the capture failed and the guard named the CUDA error
 (``capture_error:<cudaError...>`` or ``capture_error:shape_mismatch``, classified by
-``gpu_demo.protocol.cuda_errors``). A capture that failed with an unclassified
+``gpu_demo.guard.protocol.cuda_errors``). A capture that failed with an unclassified
 exception, or a child that died, does not count: a crash is not a diagnosis. The
 whole-process check flags a program only by a rule. A safe program must come
 out clean in every mode that applies: no finding, verdict ``correct``, and a
@@ -43,11 +43,11 @@ import torch
 
 from gpu_demo import corpus
 from gpu_demo.corpus import anchors as anchor_runs
-from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.cuda_errors import is_illegal_address, one_line
-from gpu_demo.protocol.serving import serve
-from gpu_demo.protocol.tolerance import DTYPES, tolerance_for
+from gpu_demo.corpus.serving import serve
+from gpu_demo.guard.protocol.capture_replay import fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.cuda_errors import is_illegal_address, one_line
+from gpu_demo.guard.protocol.tolerance import DTYPES, tolerance_for
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, badge
 
 RESULTS_FILE = Path(__file__).resolve().parents[1] / "results" / "corpus-h200.json"
@@ -58,7 +58,7 @@ README_PLACEHOLDER = ("The corpus has not been run on a GPU yet: `python -m gpu_
 
 
 def truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """The GPU's truth for one program (``gpu_demo.protocol.child`` entry; needs CUDA)."""
+    """The GPU's truth for one program (``gpu_demo.guard.protocol.child`` entry; needs CUDA)."""
     program = corpus.load(payload["name"])
     device, dtype, seed = torch.device("cuda"), DTYPES[payload["dtype"]], payload["seed"]
     torch.manual_seed(seed)
@@ -93,7 +93,7 @@ def script_truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[st
 
 
 def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """The whole-process check over one program (``gpu_demo.protocol.child`` entry; needs CUDA):
+    """The whole-process check over one program (``gpu_demo.guard.protocol.child`` entry; needs CUDA):
     every check's findings, and what stopped the program if something did."""
     from gpu_demo.guard.process import checked_run
 

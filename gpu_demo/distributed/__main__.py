@@ -6,7 +6,7 @@
     prints a summary and writes the JSON.
 ``torchrun --nproc-per-node N -m gpu_demo.distributed check [--strict] script.py [args...]``
     the script with every rank's captures checked, and one merged report on
-    rank 0 (``gpu_demo.distributed.whole_job``).
+    rank 0 (``gpu_demo.guard.job.whole_job``).
 
 An entry point, so it sits on the CLI floor (``tests/test_layout.py``): it
 writes the provenance every results file carries (``gpu_demo.measure.provenance``).
@@ -26,8 +26,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from gpu_demo.distributed import whole_job
 from gpu_demo.distributed.run import run_job
+from gpu_demo.guard.job import whole_job
 from gpu_demo.measure.provenance import provenance
 from gpu_demo.moe.settings import DEVICES, RunSettings
 from simlib.programs.spec import MoEConfig

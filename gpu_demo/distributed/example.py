@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 from gpu_demo.distributed.tp_moe import SHARDS, TensorParallel, TensorParallelMoE
+from gpu_demo.guard.protocol.capture_replay import capture, warm_up
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.capture_replay import capture, warm_up
 from simlib.programs.spec import MoEConfig
 
 

@@ -35,14 +35,14 @@ from typing import Any
 
 import torch
 
-from gpu_demo.distributed.ranks import check_job, gather_on_rank0, rank_and_world
 from gpu_demo.distributed.tp_moe import TensorParallel, TensorParallelMoE
+from gpu_demo.guard.job.ranks import check_job, gather_on_rank0, rank_and_world
+from gpu_demo.guard.protocol.capture_replay import capture, replay_and_compare, warm_up
+from gpu_demo.guard.protocol.metric import output_error
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.capture_replay import capture, replay_and_compare, warm_up
-from gpu_demo.protocol.metric import output_error
-from gpu_demo.record import annotate
-from gpu_demo.record.capture import record_capture
 from simlib.programs.spec import MoEConfig
 
 # name -> the MoEConfig changes of each case; DIVERGENT: the TensorParallel changes

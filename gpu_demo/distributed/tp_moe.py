@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from gpu_demo.guard.record.dry_run import is_capturing
 from gpu_demo.moe.model import MoELayer, MoEStack, label_tensors
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record.dry_run import is_capturing
 from simlib.programs.spec import MoEConfig
 
 SHARDS = ("even", "last_empty")

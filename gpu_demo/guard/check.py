@@ -10,17 +10,17 @@
 ``GuardReport``; ``assert_capture_safe`` raises ``CaptureNotSafe`` (an
 ``AssertionError`` carrying the report) unless it passes.
 
-* **Static** (explains): ``gpu_demo.record.recorder`` records a warm-up and a capture
+* **Static** (explains): ``gpu_demo.guard.record.recorder`` records a warm-up and a capture
   and ``simlib.checker`` reads the trace: the host emptied a tensor a later
   launch froze, a null argument, a race, a block reused across streams, ...
 * **Differential replay** (proves): ``gpu_demo.guard.differential`` captures ``fn``,
   replays it on fresh random inputs and compares every replay with an eager
   reference. A fault, a capture error or a mismatch fails.
 
-Both run in one child process (``gpu_demo.protocol.child``), so a replay that faults
+Both run in one child process (``gpu_demo.guard.protocol.child``), so a replay that faults
 (``cudaErrorIllegalAddress`` loses the CUDA context) cannot kill the caller; inside
 ``warm_checks()`` (or with the pytest plugin ``gpu_demo.guard.pytest_plugin``) that
-process is a warm worker (``gpu_demo.protocol.worker``) kept for the next check, so
+process is a warm worker (``gpu_demo.guard.protocol.worker``) kept for the next check, so
 torch and your modules are imported once. How ``fn`` reaches the child and which
 callables count as factories is in ``gpu_demo.guard.target``. ``isolate=False`` runs
 everything in this process instead (a device fault then ends it).
@@ -62,11 +62,11 @@ from typing import Any, Callable
 import torch
 
 from gpu_demo.guard.differential import Subject, check_in_child, describe, replay_in_child
+from gpu_demo.guard.protocol.capture_replay import ReplayEvidence
+from gpu_demo.guard.protocol.worker import run_checked
+from gpu_demo.guard.record.dry_run import NOT_SEEN
 from gpu_demo.guard.stochastic import random_ops
 from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
-from gpu_demo.protocol.capture_replay import ReplayEvidence
-from gpu_demo.protocol.worker import run_checked
-from gpu_demo.record.dry_run import NOT_SEEN
 from simlib.checker import ERROR, Finding, check, format_report
 from simlib.checker.verdict import verdict
 from simlib.glossary import (

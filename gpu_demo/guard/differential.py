@@ -2,7 +2,7 @@
 
 The checker reads a recording and *explains*; a replay *proves*. This module
 does the halves that need the device, in one process the guard starts (see
-``gpu_demo.protocol.child``, or a warm ``gpu_demo.protocol.worker``):
+``gpu_demo.guard.protocol.child``, or a warm ``gpu_demo.guard.protocol.worker``):
 ``check_in_child`` records (steps 1 and 4), checkpoints the recording, then
 replays (2, 3 and 5). The checkpoint is why one process is enough: a replay
 that faults kills only what comes after it, and the recording comes back. The
@@ -31,9 +31,9 @@ process (``replay_in_child``, asked for by ``"replay_elsewhere"``).
    replay starts from one reseeded generator state, so random ops draw the same
    numbers in both (``gpu_demo.guard.stochastic``);
 4. record a warm-up and a capture of the build of step 1 with
-   ``gpu_demo.record.recorder`` (no replay, so the recording cannot fault);
+   ``gpu_demo.guard.record.recorder`` (no replay, so the recording cannot fault);
 5. build the function again (the captured instance) and judge it by the one
-   capture -> replay -> compare protocol, ``gpu_demo.protocol.capture_replay``.
+   capture -> replay -> compare protocol, ``gpu_demo.guard.protocol.capture_replay``.
 
 On a machine without CUDA only steps 1 and 4 run, step 4 as the recorder's dry run.
 """
@@ -45,12 +45,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from gpu_demo.guard.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.cuda_errors import one_line
+from gpu_demo.guard.protocol.metric import output_error, output_tensors
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import reseed
 from gpu_demo.guard.target import Built, TargetError, build, unpack
-from gpu_demo.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
-from gpu_demo.protocol.cuda_errors import one_line
-from gpu_demo.protocol.metric import output_error, output_tensors
-from gpu_demo.record.capture import record_capture
 from simlib.glossary import CORRECT, SILENT_WRONG
 
 NO_CUDA = ("no CUDA device on this machine: only the static dry run ran (the recorder ran the function "
@@ -115,7 +115,7 @@ class Subject:
 
 
 def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Every step in one process (``gpu_demo.protocol.child`` entry; also run in-process and in a
+    """Every step in one process (``gpu_demo.guard.protocol.child`` entry; also run in-process and in a
     warm worker): the recording, checkpointed, then the replay (module docstring)."""
     recorded = record_in_child(payload, checkpoint)
     checkpoint(recorded)
@@ -146,7 +146,7 @@ def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any
 
 
 def replay_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Steps 2, 3 and 5: references, capture and replays (``gpu_demo.protocol.child`` entry of its own
+    """Steps 2, 3 and 5: references, capture and replays (``gpu_demo.guard.protocol.child`` entry of its own
     when the recording's capture failed; needs CUDA to replay)."""
     if not torch.cuda.is_available():
         return {"replay": ReplayEvidence(False, reason=NO_CUDA).to_dict()}

@@ -25,12 +25,12 @@ from typing import Any, Callable
 
 import torch
 
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.metric import relative_error
 from gpu_demo.measure import profiling
 from gpu_demo.moe import kernels
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.metric import relative_error
 from simlib.programs.spec import ROUTED_STREAMS, MoEConfig
 
 SLEEP_CYCLES = 100_000  # about 50 us at the H200's boost clock: keeps the host ahead

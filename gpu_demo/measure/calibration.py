@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.annotate import ALT
 from gpu_demo.measure import profiling
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.record import annotate
-from gpu_demo.record.annotate import ALT
 from simlib.programs.spec import MoEConfig
 
 

@@ -36,10 +36,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from gpu_demo.guard.record import annotate
 from gpu_demo.measure import profiling
 from gpu_demo.measure.benchmark import Bench, latency_stats
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record import annotate
 from simlib.programs.spec import MoEConfig
 
 FORWARD = "gpu_demo.eager_forward"   # the annotation around each profiled forward

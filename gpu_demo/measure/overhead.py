@@ -1,13 +1,13 @@
 """What recording and checking a capture costs, against the same capture without them.
 
-Issue 10's target: recording a 61-layer capture with ``gpu_demo.record.recorder`` and
+Issue 10's target: recording a 61-layer capture with ``gpu_demo.guard.record.recorder`` and
 checking it with ``simlib.checker`` takes less than 3 times as long as warming
 up and capturing it plainly. One repeat of each, interleaved so drift hits all,
 and the ratio is the median over repeats of each recorded pass's time over the
 plain pass's just before it (the H200 host runs everything 1.6 times slower for
 seconds at a time: medians taken apart would pair a slow spell with a fast one):
 
-``untraced``  ``gpu_demo.protocol.capture_replay.warm_up`` (three eager forwards on a side stream) and a
+``untraced``  ``gpu_demo.guard.protocol.capture_replay.warm_up`` (three eager forwards on a side stream) and a
               ``torch.cuda.graph`` capture, then a device sync, timed in a child
               process that never records (``gpu_demo.measure.untraced``), on the same CPU
               core as this process: the capture as a program that does not record
@@ -16,7 +16,7 @@ seconds at a time: medians taken apart would pair a slow spell with a fast one):
               stay on once the first recording has started them
               (``ratio_same_process`` is against this)
 ``floor``     the same under a dispatch mode that only calls each op, as the
-              recorder calls it (``gpu_demo.record.dispatch_mode``): the least a Python
+              recorder calls it (``gpu_demo.guard.record.dispatch_mode``): the least a Python
               dispatch mode, and so this recorder, can cost
 ``recorded``  ``record_capture(fn, inputs, replays=0)``: the same warm-up (its
               first call unrecorded, as ``record_capture`` does) and capture
@@ -31,7 +31,7 @@ once enough of the trace's objects have piled up, 0.1 to 0.2 s a time).
 Per op (``ops``: the ops one pass dispatches): ``floor_us_per_op`` and
 ``record_us_per_op`` are the medians' excess over ``plain``, and
 ``trace_callbacks_us_per_op`` that of ``plain`` over ``untraced``: what torch's
-GPU-trace callbacks (``gpu_demo.record.hooks``) cost each op once on, with nobody
+GPU-trace callbacks (``gpu_demo.guard.record.hooks``) cost each op once on, with nobody
 listening. ``gc_s`` is the time the recording spent in Python's garbage
 collector. Two stacks: the project's ``MoEStack`` with
 ``MoEConfig(layers=61, order="shared_first")``, and a plain-PyTorch stack of 61
@@ -60,12 +60,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from gpu_demo.guard.record.capture import RECORDED_WARMUPS, record_capture
+from gpu_demo.guard.record.dispatch_mode import QuickDispatchMode, op_caller
+from gpu_demo.guard.record.dry_run import dry_capture
 from gpu_demo.measure.stacks import STACKS, gpu_pass, moe_stack
 from gpu_demo.measure.untraced import UntracedPasses
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record.capture import RECORDED_WARMUPS, record_capture
-from gpu_demo.record.dispatch_mode import QuickDispatchMode, op_caller
-from gpu_demo.record.dry_run import dry_capture
 from simlib.checker import check
 
 TARGET_RATIO = 3.0

@@ -5,7 +5,7 @@
 
 The programs use only ``torch.cuda.Stream``, ``wait_stream``,
 ``torch.cuda.stream``, ``torch.cuda.graph``, ``set_`` and a Triton kernel,
-nothing from ``gpu_demo.record.annotate``; each runs inside ``capture_checked``. For
+nothing from ``gpu_demo.guard.record.annotate``; each runs inside ``capture_checked``. For
 each the probe prints what the recorder saw (records by kind, then every
 record of the captured graph: launches with stream and deps, events,
 allocations and frees, the ``set_``, host reads) and the checker's report;
@@ -36,8 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from gpu_demo.guard.process import CaptureHazardWarning, capture_checked
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.metric import relative_error
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.metric import relative_error
 from simlib.trace import Alloc, Capture, EventOp, Free, HostRead, Launch, Mutation, Record, Replay, SkippedLaunch, Trace
 
 

@@ -16,10 +16,10 @@ import torch
 import torch.nn as nn
 
 from gpu_demo.corpus import safe_dual_stream
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.record.capture import RECORDED_WARMUPS
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.record.capture import RECORDED_WARMUPS
 from simlib.programs.spec import MoEConfig
 
 Stack = tuple[Callable[..., Any], list[torch.Tensor]]

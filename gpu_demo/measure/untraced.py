@@ -1,7 +1,7 @@
 """Plain passes timed in a process that never records: what the recorder's cost is judged against.
 
 Once a recorder has run, torch's GPU-trace callbacks stay on for the rest of the
-process (``gpu_demo.record.hooks``): every allocation, free and event calls into
+process (``gpu_demo.guard.record.hooks``): every allocation, free and event calls into
 Python, recorder or not. A plain pass timed in the recording process pays for
 them; a program that never records does not. ``UntracedPasses`` keeps a child
 process (``python -m gpu_demo.measure.untraced``) that builds the same stack and never

@@ -6,5 +6,5 @@ residual add), ``dual_streams`` (fork and join), ``faults`` (the capture
 mistakes of the matrix), ``settings`` (dtype, device, seed), ``harness`` (one
 configuration captured, replayed and judged, each in its own process),
 ``decode`` (greedy decoding through captured layers), ``record`` (the demo's
-recording). Built on ``gpu_demo.protocol`` and ``gpu_demo.record``.
+recording). Built on ``gpu_demo.guard.protocol`` and ``gpu_demo.guard.record``.
 """

@@ -23,11 +23,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.child import Checkpoint
+from gpu_demo.guard.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
 from gpu_demo.moe.model import MoEStack, RMSNorm, _Init, label_tensors
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.child import Checkpoint
-from gpu_demo.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
 from simlib.glossary import ILLEGAL_ADDRESS
 from simlib.programs.spec import MoEConfig
 
@@ -109,7 +109,7 @@ def decode_agreement(config: MoEConfig, settings: RunSettings, steps: int) -> De
 
 
 def decode_payload(payload: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
-    """Child-process entry (``gpu_demo.protocol.child``)."""
+    """Child-process entry (``gpu_demo.guard.protocol.child``)."""
     config = MoEConfig.from_dict(payload["config"])
     return asdict(decode_agreement(config, RunSettings(**payload["settings"]), payload["steps"]))
 

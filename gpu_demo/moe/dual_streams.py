@@ -6,7 +6,7 @@ events. On a CPU there are no streams: every switch is a no-op, but the
 logical stream name is still tracked and every event is still reported, so the
 recorder's dry run sees the same program structure a GPU capture has.
 
-The layer chooses its dual-stream path by ``gpu_demo.record.dry_run.is_capturing()``,
+The layer chooses its dual-stream path by ``gpu_demo.guard.record.dry_run.is_capturing()``,
 true while a capture runs, for real or as the CPU dry run.
 """
 
@@ -19,8 +19,8 @@ from typing import Iterator
 
 import torch
 
-from gpu_demo.record import annotate
-from gpu_demo.record.annotate import ALT, MAIN
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.annotate import ALT, MAIN
 
 
 @dataclass

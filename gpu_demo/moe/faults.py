@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.annotate import ALT, MAIN
 from gpu_demo.moe.dual_streams import DualStreams, StreamEvent
-from gpu_demo.record import annotate
-from gpu_demo.record.annotate import ALT, MAIN
 
 
 class CaptureFaults:

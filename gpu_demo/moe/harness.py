@@ -8,7 +8,7 @@ a dead CUDA context):
    buffers, so running it cannot repair or spoil the captured ones);
 2. warm up, capture one forward in ``config.capture_mode`` and replay it
    ``config.replays`` times by the one protocol,
-   ``gpu_demo.protocol.capture_replay.replay_and_compare``. Before each replay
+   ``gpu_demo.guard.protocol.capture_replay.replay_and_compare``. Before each replay
    the captured input buffer gets, per ``config.inputs``: ``fresh`` random
    values, nothing (``stale``), or the warm-up's input (``same_as_eager``: the
    stale-buffer trap). The replay's output is compared with the reference run
@@ -17,7 +17,7 @@ a dead CUDA context):
    were wrong: for a race, many replays (``config.replays``) measure how often
    the hardware loses it.
 
-``run_many`` runs each case in its own process (``gpu_demo.protocol.child``)
+``run_many`` runs each case in its own process (``gpu_demo.guard.protocol.child``)
 with a timeout, so a device fault never takes down the caller.
 """
 
@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
+from gpu_demo.guard.protocol.capture_replay import replay_and_compare
+from gpu_demo.guard.protocol.child import Checkpoint, run_in_child
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.capture_replay import replay_and_compare
-from gpu_demo.protocol.child import Checkpoint, run_in_child
 from simlib.programs.spec import MoEConfig
 
 HARNESS_ERROR = "harness_error"
@@ -95,7 +95,7 @@ def run_case(config: MoEConfig, settings: RunSettings) -> CaseResult:
 # -- one process per case ---------------------------------------------------------
 
 def run_payload(payload: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
-    """One case in a child process (``gpu_demo.protocol.child`` entry)."""
+    """One case in a child process (``gpu_demo.guard.protocol.child`` entry)."""
     config = MoEConfig.from_dict(payload["config"])
     return asdict(run_case(config, RunSettings(**payload["settings"])))
 

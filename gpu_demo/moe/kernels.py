@@ -30,7 +30,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from gpu_demo.record import annotate
+from gpu_demo.guard.record import annotate
 
 
 def swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:

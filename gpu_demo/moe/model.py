@@ -33,13 +33,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.annotate import ALT, MAIN, label, role
+from gpu_demo.guard.record.dry_run import is_capturing
 from gpu_demo.moe.dual_streams import DualStreams
 from gpu_demo.moe.faults import CaptureFaults
 from gpu_demo.moe.kernels import swiglu
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record import annotate
-from gpu_demo.record.annotate import ALT, MAIN, label, role
-from gpu_demo.record.dry_run import is_capturing
 from simlib.programs.spec import MoEConfig
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from gpu_demo.guard.record import annotate
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.record import annotate
-from gpu_demo.record.capture import record_capture
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Trace
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from gpu_demo.protocol.tolerance import DTYPES, TOLERANCES
+from gpu_demo.guard.protocol.tolerance import DTYPES, TOLERANCES
 
 DEVICES = ("auto", "cuda", "cpu")
 

@@ -4,7 +4,7 @@ Weights are drawn on the CPU under a fixed seed and then moved, so two builds ar
 identical on any device, and the caller's random state is left as it was. Integer
 inputs (token ids) hold the smallest and largest valid value, because the guard
 and the runner draw fresh integer inputs between an example's own min and max
-(``gpu_demo.protocol.capture_replay.fresh_like``).
+(``gpu_demo.guard.protocol.capture_replay.fresh_like``).
 """
 
 from __future__ import annotations

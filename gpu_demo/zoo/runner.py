@@ -7,9 +7,9 @@ For each entry (``gpu_demo.zoo.ENTRIES``):
 
 * **truth**: two builds under one seed (the captured one and an eager reference
   that never takes part in the capture), then the one protocol,
-  ``gpu_demo.protocol.capture_replay.replay_and_compare``: warm up, capture, and
+  ``gpu_demo.guard.protocol.capture_replay.replay_and_compare``: warm up, capture, and
   ``replays`` replays with fresh inputs, each compared with the reference on the
-  same input. All truths run in one child process (``gpu_demo.protocol.child``),
+  same input. All truths run in one child process (``gpu_demo.guard.protocol.child``),
   checkpointed after each entry, so a fault costs only what follows it;
 * **guard**: ``gpu_demo.guard.check_capture`` on the entry's factory, first in a fresh
   child process (``check_s["first"]``, ``jobs`` entries at a time, so these times
@@ -18,7 +18,7 @@ For each entry (``gpu_demo.zoo.ENTRIES``):
   test session that checks many models pays per check;
 * **process**: the whole-process check (``check_process``, what
   ``CAPTURE_ORDER_CHECK=1`` starts) over the entry served the way a server
-  starts up (``gpu_demo.protocol.serving.serve``: eager calls, a capture,
+  starts up (``gpu_demo.corpus.serving.serve``: eager calls, a capture,
   replays with fresh inputs), each entry in its own child process.
 
 An entry is **clean** when neither check found anything, the guard's verdict is
@@ -41,14 +41,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gpu_demo import zoo
+from gpu_demo.corpus.serving import serve
 from gpu_demo.guard.check import check_capture
 from gpu_demo.guard.process import checked_in_child, checked_run
-from gpu_demo.protocol.capture_replay import fresh_like, replay_and_compare
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.provenance import RESULTS_DIR, provenance
-from gpu_demo.protocol.serving import serve
-from gpu_demo.protocol.tolerance import DTYPES
-from gpu_demo.protocol.worker import warm_checks
+from gpu_demo.guard.protocol.capture_replay import fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.tolerance import DTYPES
+from gpu_demo.guard.protocol.worker import warm_checks
+from gpu_demo.measure.provenance import RESULTS_DIR, provenance
 from simlib.glossary import CORRECT, PASSED, badge
 
 PROGRAM = "gpu_demo.zoo.runner"
@@ -59,7 +59,7 @@ README_PLACEHOLDER = ("The zoo has not been run on a GPU yet: `python -m gpu_dem
 
 
 def truths_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """The GPU's truth for each entry named in ``payload`` (``gpu_demo.protocol.child`` entry; needs CUDA)."""
+    """The GPU's truth for each entry named in ``payload`` (``gpu_demo.guard.protocol.child`` entry; needs CUDA)."""
     truths: dict[str, Any] = {}
     for name in payload["names"]:
         truths[name] = truth(name, dtype=DTYPES[payload["dtype"]], replays=payload["replays"], seed=payload["seed"])
@@ -84,7 +84,7 @@ def truth(name: str, *, dtype: torch.dtype, replays: int, seed: int) -> dict[str
 
 def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     """The whole-process check over one entry served as a server would serve it
-    (``gpu_demo.protocol.child`` entry; needs CUDA): every check's findings."""
+    (``gpu_demo.guard.protocol.child`` entry; needs CUDA): every check's findings."""
     return checked_run(lambda: serve(zoo.factory(zoo.entry(payload["name"])), DTYPES[payload["dtype"]],
                                      payload["replays"], payload["seed"]), "when the entry was served")
 

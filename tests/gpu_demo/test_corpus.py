@@ -402,7 +402,7 @@ def test_check_capture_flags_a_hazardous_function_by_a_rule_and_nothing_in_a_saf
 # Live, a known gap may be fixed by code newer than the committed run: not strict.
 @pytest.mark.parametrize("name", PROCESS_ON_GPU)
 def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing_in_a_safe_one(name):
-    from gpu_demo.protocol.child import run_in_child
+    from gpu_demo.guard.protocol.child import run_in_child
 
     result = run_in_child("gpu_demo.corpus.runner:process_in_child",
                           {"name": name, "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
@@ -418,7 +418,7 @@ def test_the_whole_process_check_flags_a_hazardous_program_by_a_rule_and_nothing
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", SERVERS)
 def test_a_server_is_right_on_the_gpu_exactly_when_it_is_safe(name):
-    from gpu_demo.protocol.child import run_in_child
+    from gpu_demo.guard.protocol.child import run_in_child
 
     truth = run_in_child("gpu_demo.corpus.runner:script_truth_in_child", {"name": name, "dtype": "bfloat16", "seed": 0}, 300)
     assert "child_error" not in truth, truth["child_error"]

@@ -8,11 +8,11 @@ import torch.distributed as dist
 from small_moe import CPU32, SMALL
 
 from gpu_demo.distributed.tp_moe import TensorParallel, TensorParallelMoE
+from gpu_demo.guard.protocol.metric import relative_error
+from gpu_demo.guard.record.capture import record_capture
+from gpu_demo.guard.record.cuda_device import cpu_device
+from gpu_demo.guard.record.recorder import CaptureRecorder
 from gpu_demo.moe.model import MoEStack
-from gpu_demo.protocol.metric import relative_error
-from gpu_demo.record.capture import record_capture
-from gpu_demo.record.cuda_device import cpu_device
-from gpu_demo.record.recorder import CaptureRecorder
 from simlib.checker import check
 
 

@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gpu_demo.distributed.ranks import ranks_checked
 from gpu_demo.distributed.run import replay_truth, replay_us
 from gpu_demo.distributed.tp_moe import TensorParallel, TensorParallelMoE
+from gpu_demo.guard.job.ranks import ranks_checked
+from gpu_demo.guard.protocol.capture_replay import capture, warm_up
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol.capture_replay import capture, warm_up
-from gpu_demo.record.capture import record_capture
 from simlib.checker import check
 from simlib.glossary import CORRECT, SILENT_WRONG
 from simlib.programs.spec import MoEConfig

@@ -54,7 +54,7 @@ def test_two_gloo_ranks_record_the_tp_demo_and_rank_0_merges_the_verdicts(tmp_pa
 PROGRAM = textwrap.dedent('''
     import os, torch, torch.distributed as dist
     from gpu_demo.guard.process import process_checker
-    from gpu_demo.record.dry_run import dry_capture
+    from gpu_demo.guard.record.dry_run import dry_capture
 
     dist.init_process_group("gloo")
     x = torch.ones(8)
@@ -86,8 +86,8 @@ def test_the_whole_job_check_merges_the_ranks_on_rank_0(tmp_path, fixed):
 RANKS_CHECKED = textwrap.dedent('''
     import sys
     import torch, torch.distributed as dist
-    from gpu_demo.distributed.ranks import ranks_checked
-    from gpu_demo.record.dry_run import dry_capture
+    from gpu_demo.guard.job.ranks import ranks_checked
+    from gpu_demo.guard.record.dry_run import dry_capture
 
     dist.init_process_group("gloo")
     x = torch.ones(8)

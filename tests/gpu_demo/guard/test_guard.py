@@ -17,14 +17,14 @@ import torch
 from gpu_demo.cli.main import main
 from gpu_demo.guard.check import CaptureNotChecked, CaptureNotSafe, GuardReport, assert_capture_safe, check_capture, judge
 from gpu_demo.guard.differential import Subject
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.capture_replay import ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.metric import output_error
+from gpu_demo.guard.protocol.tolerance import tolerance_for
 from gpu_demo.guard.target import TargetError, build, factory_call, load, portable
 from gpu_demo.moe.model import MoEStack
 from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.capture_replay import ReplayEvidence, fresh_like, replay_and_compare
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.metric import output_error
-from gpu_demo.protocol.tolerance import tolerance_for
 from simlib.checker import ERROR, WARNING, Finding, check
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Trace

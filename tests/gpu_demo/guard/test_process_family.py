@@ -383,7 +383,7 @@ def test_a_process_that_records_long_without_capturing_keeps_a_bounded_window(st
                                                                              monkeypatch):
     # Eager work with no capture or replay to check at: the recorder hands its records to the checker
     # every RECORDS_CAP, and the checker keeps at most its window of them for a capture to come.
-    from gpu_demo.record import ops as recorder_module
+    from gpu_demo.guard.record import ops as recorder_module
 
     monkeypatch.setattr(recorder_module, "RECORDS_CAP", 50)
     with recording(streams) as recorder:

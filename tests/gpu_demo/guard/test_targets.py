@@ -79,7 +79,7 @@ SCRIPT = textwrap.dedent("""
     from gpu_demo import check_capture
     from gpu_demo.guard.differential import Subject
     from gpu_demo.guard.target import portable
-    from gpu_demo.protocol.child import run_in_child
+    from gpu_demo.guard.protocol.child import run_in_child
 
     def f(x):
         return torch.relu(x) * 2

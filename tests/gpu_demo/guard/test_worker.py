@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gpu_demo.guard.check import check_capture
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.worker import Worker, run_checked, warm_checks
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.worker import Worker, run_checked, warm_checks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -68,7 +68,7 @@ def test_a_worker_answers_what_a_fresh_child_answers():
 
 PLUGGED = textwrap.dedent("""
     import os
-    from gpu_demo.protocol.worker import run_checked
+    from gpu_demo.guard.protocol.worker import run_checked
 
     def test_a(capture_check_worker):
         run_checked("tests.gpu_demo.guard.test_worker:child_pid", {"n": 1}, 120)

@@ -10,12 +10,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gpu_demo.guard.protocol import capture_replay  # noqa: E402
+from gpu_demo.guard.protocol.metric import relative_error  # noqa: E402
 from gpu_demo.moe.harness import run_isolated  # noqa: E402
 from gpu_demo.moe.model import MoEStack  # noqa: E402
 from gpu_demo.moe.record import record_moe  # noqa: E402
 from gpu_demo.moe.settings import RunSettings  # noqa: E402
-from gpu_demo.protocol import capture_replay  # noqa: E402
-from gpu_demo.protocol.metric import relative_error  # noqa: E402
 from simlib.programs.spec import MoEConfig  # noqa: E402
 from simlib.trace import Mutation  # noqa: E402
 

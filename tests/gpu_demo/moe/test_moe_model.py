@@ -7,10 +7,10 @@ import torch
 from small_moe import CPU32, SMALL
 
 from gpu_demo.cli.main import _config, build_parser
+from gpu_demo.guard.protocol.metric import relative_error
+from gpu_demo.guard.record.dry_run import dry_capture
 from gpu_demo.moe.kernels import swiglu
 from gpu_demo.moe.model import MoEStack, dispose_tensor
-from gpu_demo.protocol.metric import relative_error
-from gpu_demo.record.dry_run import dry_capture
 from simlib.programs.spec import MoEConfig
 
 

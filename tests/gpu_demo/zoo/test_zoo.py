@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 from gpu_demo import zoo  # noqa: E402
 from gpu_demo.guard.check import check_capture  # noqa: E402
-from gpu_demo.record.capture import record_capture  # noqa: E402
+from gpu_demo.guard.record.capture import record_capture  # noqa: E402
 from gpu_demo.zoo import runner  # noqa: E402
 from simlib.checker import check, format_report  # noqa: E402
 from simlib.glossary import NOT_ON_GPU  # noqa: E402
@@ -236,7 +236,7 @@ def test_a_decode_steps_replays_match_a_second_build_and_the_guard_passes_it():
 
 @pytest.mark.gpu
 def test_the_whole_process_check_finds_nothing_in_a_served_decode_step():
-    from gpu_demo.protocol.child import run_in_child
+    from gpu_demo.guard.protocol.child import run_in_child
 
     result = run_in_child("gpu_demo.zoo.runner:process_in_child",
                           {"name": "llama_decode", "dtype": "bfloat16", "replays": 2, "seed": 0}, 300)
@@ -247,7 +247,7 @@ def test_the_whole_process_check_finds_nothing_in_a_served_decode_step():
 def test_warm_times_come_from_one_worker_primed_by_a_first_check(monkeypatch):
     from types import SimpleNamespace
 
-    from gpu_demo.protocol import worker
+    from gpu_demo.guard.protocol import worker
 
     calls = []
 
