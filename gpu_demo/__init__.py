@@ -33,7 +33,7 @@ __all__ = ["CaptureHazardWarning", "assert_capture_safe", "capture_checked", "ch
 
 def __getattr__(name: str) -> Any:
     """Each public name, imported on first use (PEP 562): a subpackage that needs no torch
-    (``gpu_demo.results``) imports without it. The imports are written out, so that
+    (``gpu_demo.lab.results``) imports without it. The imports are written out, so that
     ``tests/test_layout.py`` sees where each name comes from."""
     if name in ("assert_capture_safe", "check_capture"):
         from gpu_demo.guard import check as home

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     # An install made by this process is seen only by the interpreters it starts, not by itself:
     # the provenance comes from the checkout this script belongs to.
     sys.path.insert(0, str(ROOT))
-    from gpu_demo.measure.provenance import provenance
+    from gpu_demo.lab.measure.provenance import provenance
 
     command = shlex.join(["python3", "scripts/check_seat.py", *(sys.argv[1:] if argv is None else argv)])
     record = {"provenance": {**provenance([]), "command": command},

@@ -3,7 +3,7 @@
 simlib's floors: the vocabulary both worlds use (trace, glossary, memory, export); the engine and
 the checker, each standing on the vocabulary alone; the programs; the tutorial; the package's face
 and command lines. No module under simlib builds a path into gpu_demo: GPU results come in as
-arguments, read through ``gpu_demo.results``.
+arguments, read through ``gpu_demo.lab.results``.
 
 Every import is counted, including those inside functions (a deferred import
 can hide a circle, not remove it); only imports under ``if TYPE_CHECKING:``
@@ -31,19 +31,20 @@ FLOORS = [
     ("simlib.programs",),                   # simulated programs, the harness that runs them, their verdicts
     ("simlib.tutorial",),                   # the notebooks' pictures, tables, widgets and exercises
     ("simlib",),                            # its face (__init__) and command lines (__main__, bench)
-    ("gpu_demo.results",),                  # the recorded GPU results: json and pathlib, no torch
     ("gpu_demo.guard.protocol",),           # capture, replay, compare; the child process, the warm worker
     ("gpu_demo.guard.record",),             # the recorder of real captures
     ("gpu_demo.guard",),                    # the checks users run, and the job-wide check (guard.job)
     ("gpu_demo", "gpu_demo.autocheck"),     # the package's public surface; python -m gpu_demo.autocheck
-    ("gpu_demo.corpus",),                   # plain-PyTorch programs; their runner uses the guard
-    ("gpu_demo.moe",),
-    ("gpu_demo.distributed",),              # the tensor-parallel MoE
-    ("gpu_demo.measure", "gpu_demo.zoo"),   # measurements; real models the guard must pass, and their runner
-    ("gpu_demo.cli", "gpu_demo.__main__", "gpu_demo.distributed.__main__"),
-    ("gpu_demo.lab",),                      # the tutorial's exercise: uses the public surface
+    ("gpu_demo.lab.results",),              # the lab's recorded GPU results: json and pathlib, no torch
+    ("gpu_demo.lab.corpus",),               # plain-PyTorch programs; their runner uses the guard
+    ("gpu_demo.lab.moe",),                  # the incident's dual-stream MoE
+    ("gpu_demo.lab.distributed",),          # that MoE, tensor-parallel
+    ("gpu_demo.lab.measure", "gpu_demo.lab.zoo"),   # measurements; real models the guard must pass
+    ("gpu_demo.lab.cli", "gpu_demo.__main__", "gpu_demo.distributed"),   # the command lines
+    ("gpu_demo.lab.exercise",),             # the tutorial's exercise: uses the public surface
 ]
-DEMO = ("gpu_demo.moe", "gpu_demo.measure", "gpu_demo.cli", "gpu_demo.lab")
+# The lab around the guard, and the command lines that reach it: what the guard must never need.
+DEMO = ("gpu_demo.lab", "gpu_demo.__main__", "gpu_demo.distributed")
 
 
 def _module_names() -> dict[str, Path]:
@@ -142,8 +143,8 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_walk_sees_deferred_imports():
-    # gpu_demo.cli.main imports the harness inside a command's function only
-    assert "gpu_demo.moe.harness" in GRAPH["gpu_demo.cli.main"]
+    # gpu_demo.lab.cli.main imports the harness inside a command's function only
+    assert "gpu_demo.lab.moe.harness" in GRAPH["gpu_demo.lab.cli.main"]
 
 
 def test_no_module_takes_part_in_an_import_circle():
@@ -151,8 +152,9 @@ def test_no_module_takes_part_in_an_import_circle():
 
 
 def test_a_planted_circle_would_be_found(monkeypatch):
-    monkeypatch.setitem(GRAPH, "gpu_demo.guard.protocol.metric", GRAPH["gpu_demo.guard.protocol.metric"] | {"gpu_demo.cli.main"})
-    assert any("gpu_demo.guard.protocol.metric" in c for c in _cycles())
+    metric = "gpu_demo.guard.protocol.metric"
+    monkeypatch.setitem(GRAPH, metric, GRAPH[metric] | {"gpu_demo.lab.cli.main"})
+    assert any(metric in c for c in _cycles())
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -199,9 +201,9 @@ def test_the_guard_room_imports_only_itself_and_simlib():
 
 
 def test_a_planted_import_of_the_lab_or_the_face_by_the_guard_would_be_found(monkeypatch):
-    monkeypatch.setitem(GRAPH, "gpu_demo.guard.check", GRAPH["gpu_demo.guard.check"] | {"gpu_demo.moe.model"})
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.check", GRAPH["gpu_demo.guard.check"] | {"gpu_demo.lab.moe.model"})
     monkeypatch.setitem(GRAPH, "gpu_demo.guard.record.ops", GRAPH["gpu_demo.guard.record.ops"] | {"gpu_demo"})
-    assert _strays(GUARD, ("simlib",)) == [("gpu_demo.guard.check", "gpu_demo.moe.model"),
+    assert _strays(GUARD, ("simlib",)) == [("gpu_demo.guard.check", "gpu_demo.lab.moe.model"),
                                            ("gpu_demo.guard.record.ops", "gpu_demo")]
 
 
@@ -268,11 +270,11 @@ def paths_into_gpu_demo(relative: Path, source: str) -> list[tuple[int, str]]:
 def test_no_module_under_simlib_opens_a_path_into_gpu_demo():
     found = [f"{path.relative_to(ROOT)}:{line}: {why}" for path in sorted((ROOT / "simlib").rglob("*.py"))
              for line, why in paths_into_gpu_demo(path.relative_to(ROOT), path.read_text())]
-    assert found == [], "simlib takes GPU results as arguments (gpu_demo.results):\n" + "\n".join(found)
+    assert found == [], "simlib takes GPU results as arguments (gpu_demo.lab.results):\n" + "\n".join(found)
 
 
 def test_the_path_scan_catches_what_simlib_read_before_and_passes_what_it_reads_now():
-    before = {   # simlib/gpu_results.py and simlib/lab.py, as they read gpu_demo/results before
+    before = {   # simlib/gpu_results.py and simlib/lab.py, as they read gpu_demo/lab/results before
         "simlib/gpu_results.py": ('GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"'
                                   ' / "matrix-h200.json"\n'),
         "simlib/lab.py": 'RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"\n',
@@ -336,12 +338,12 @@ def test_the_guard_checks_a_plain_program_with_the_demo_unimportable(tmp_path):
 
 
 def test_the_recorded_results_import_without_torch_and_the_public_names_on_first_use():
-    """``gpu_demo.results`` is json and pathlib: a notebook hands it to simlib on a seat without torch.
+    """``gpu_demo.lab.results`` is json and pathlib: a notebook hands it to simlib on a seat without torch.
     The package's public names are imported when first asked for (``gpu_demo.__getattr__``)."""
     script = textwrap.dedent('''
         import sys
-        import gpu_demo, gpu_demo.results
-        print("TORCH", "torch" in sys.modules, gpu_demo.results.load("matrix-h200")["provenance"]["gpu"])
+        import gpu_demo, gpu_demo.lab.results
+        print("TORCH", "torch" in sys.modules, gpu_demo.lab.results.load("matrix-h200")["provenance"]["gpu"])
         print("PUBLIC", all(callable(getattr(gpu_demo, name)) for name in gpu_demo.__all__), "torch" in sys.modules)
     ''')
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)

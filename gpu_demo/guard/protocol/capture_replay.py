@@ -6,7 +6,7 @@ before capture); then the callable is captured once with ``torch.cuda.graph``.
 ``replay_and_compare`` goes on: before each replay it copies that replay's
 inputs into the captured input buffers, replays, synchronises, and compares
 every output tensor with the reference's (``gpu_demo.guard.protocol.metric``, within
-``gpu_demo.guard.protocol.tolerance``). The conformance matrix (``gpu_demo.moe.harness``),
+``gpu_demo.guard.protocol.tolerance``). The conformance matrix (``gpu_demo.lab.moe.harness``),
 the guard (``gpu_demo.guard``) and the corpus all judge a capture through it,
 so their verdicts cannot drift apart.
 

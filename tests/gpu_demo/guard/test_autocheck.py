@@ -210,7 +210,7 @@ GPU_PROGRAM = """
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 from gpu_demo.guard import autocheck
-from gpu_demo.corpus import {program} as program
+from gpu_demo.lab.corpus import {program} as program
 
 layer, inputs = program.make(torch.device("cuda"), torch.bfloat16)
 side = torch.cuda.Stream()

@@ -14,8 +14,8 @@ from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.guard.protocol.capture_replay import ReplayEvidence, replay_and_compare
 from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import is_random, random_ops, reseed
-from gpu_demo.moe.model import MoEStack
-from gpu_demo.moe.settings import RunSettings
+from gpu_demo.lab.moe.model import MoEStack
+from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import WARNING, Finding
 from simlib.programs.spec import MoEConfig
 

@@ -92,10 +92,10 @@ def test_the_pytest_plugin_keeps_one_worker_for_the_session(tmp_path):
 @pytest.mark.gpu
 def test_checks_in_a_session_share_one_warm_worker_and_a_fault_retires_it():
     with warm_checks() as worker:
-        safe = [check_capture("gpu_demo.corpus.safe_single_stream:make") for _ in range(2)]
+        safe = [check_capture("gpu_demo.lab.corpus.safe_single_stream:make") for _ in range(2)]
         assert worker.started == 1
-        faulted = check_capture("gpu_demo.corpus.routed_first_set_empty_triton:make")
-        after = check_capture("gpu_demo.corpus.safe_single_stream:make")
+        faulted = check_capture("gpu_demo.lab.corpus.routed_first_set_empty_triton:make")
+        after = check_capture("gpu_demo.lab.corpus.safe_single_stream:make")
     assert all(r.passed for r in safe), safe[0].format()
     assert faulted.verdict == "illegal_address" and after.passed and worker.started == 2
     assert torch.ones(1, device="cuda").sum().item() == 1.0  # the fault stayed in the worker

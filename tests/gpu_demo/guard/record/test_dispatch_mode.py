@@ -67,7 +67,7 @@ def test_dynamo_compiles_nothing_inside_the_mode_or_what_it_calls():
 def test_the_mode_runs_without_torchs_per_op_wrapper_and_without_importing_dynamo():
     assert Guarded.__dict__["__torch_dispatch__"].__code__.co_filename == __file__   # torch's wrapper lives in torch
     program = ("import sys, torch\n"
-               "from gpu_demo.measure.overhead import EmptyDispatchMode\n"
+               "from gpu_demo.lab.measure.overhead import EmptyDispatchMode\n"
                "with EmptyDispatchMode() as mode:\n"
                "    torch.ones(3).add(1)\n"
                "print(mode.ops, 'torch._dynamo' in sys.modules)\n")

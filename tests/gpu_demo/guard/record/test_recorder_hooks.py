@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode  # noqa: E40
 
 from gpu_demo.guard.record import hooks, patches  # noqa: E402
 from gpu_demo.guard.record.cuda_device import Device, block_bytes  # noqa: E402
-from gpu_demo.measure.overhead import EmptyDispatchMode  # noqa: E402
+from gpu_demo.lab.measure.overhead import EmptyDispatchMode  # noqa: E402
 from simlib.checker import check  # noqa: E402
 from simlib.trace import (  # noqa: E402
     Alloc,
@@ -604,7 +604,7 @@ def launch_triton(kernel: FakeKernel, *args, **kwargs) -> None:
 
 def test_a_triton_kernel_that_only_loads_a_tensor_does_not_race_with_a_read_on_another_stream(
         streams, fake_graph_methods):
-    """gpu_demo/corpus/fix_dispose_own_buffer: flip(x) on main, the copy kernel loading x on alt."""
+    """gpu_demo/lab/corpus/fix_dispose_own_buffer: flip(x) on main, the copy kernel loading x on alt."""
     x, staged = torch.randn(4, 8), torch.zeros(4, 8)
     with recording(streams) as recorder, cuda_graph(FakeGraph(), streams):
         fork()
@@ -767,7 +767,7 @@ def test_a_mode_left_open_across_a_capture_end_keeps_the_recorder_until_a_later_
 # -- the GPU probe's CPU parts ------------------------------------------------------------------
 
 def test_the_probe_describes_every_record_of_each_capture(streams, fake_graph_methods):
-    from gpu_demo.measure.probe_recorder import describe
+    from gpu_demo.lab.measure.probe_recorder import describe
 
     x, out = torch.randn(4, 8) * 1, torch.zeros(32)
     with recording(streams) as recorder:
@@ -788,7 +788,7 @@ def test_the_probe_describes_every_record_of_each_capture(streams, fake_graph_me
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
 def test_the_probe_without_a_gpu_says_so_and_exits_2(capsys):
-    from gpu_demo.measure.probe_recorder import main
+    from gpu_demo.lab.measure.probe_recorder import main
 
     assert main([]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
