@@ -63,6 +63,8 @@ import torch
 
 from gpu_demo.guard.differential import Subject, check_in_child, describe, replay_in_child
 from gpu_demo.guard.protocol.capture_replay import ReplayEvidence
+from gpu_demo.guard.protocol.child import ChildError
+from gpu_demo.guard.protocol.child_result import ChildResult
 from gpu_demo.guard.protocol.worker import run_checked
 from gpu_demo.guard.record.dry_run import NOT_SEEN
 from gpu_demo.guard.stochastic import random_ops
@@ -252,10 +254,10 @@ def check_capture(
         fresh_inputs=None if fresh_inputs is None else (portable(fresh_inputs) if isolate else fresh_inputs),
     )
     in_child = isolate and torch.cuda.is_available()
-    raw = _run(check_in_child, subject, in_child, timeout)
-    if raw.pop("replay_elsewhere", False) and "child_error" not in raw:
-        raw.update(_run(replay_in_child, subject, in_child, timeout))
-    return _report(subject.name, raw, strict)
+    result = _run(check_in_child, subject, in_child, timeout)
+    if result.replay_elsewhere and result.child_error is None:
+        result = result.then(_run(replay_in_child, subject, in_child, timeout))
+    return _report(subject.name, result, strict)
 
 
 def assert_capture_safe(fn: Target, *inputs: torch.Tensor, dry_run_ok: bool = False, **options: Any) -> GuardReport:
@@ -274,32 +276,31 @@ def assert_capture_safe(fn: Target, *inputs: torch.Tensor, dry_run_ok: bool = Fa
     raise CaptureNotSafe(report)
 
 
-def _run(step: Callable[..., dict[str, Any]], subject: Subject, in_child: bool, timeout: float) -> dict[str, Any]:
+def _run(step: Callable[..., dict[str, Any]], subject: Subject, in_child: bool, timeout: float) -> ChildResult:
     """``step`` in a child (a warm worker inside ``warm_checks()``), or in this process."""
     if in_child:
-        return run_checked(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout)
+        return ChildResult.from_dict(run_checked(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout))
     known: dict[str, Any] = {}
     try:
         known.update(step({"subject": subject}, known.update))
     except Exception as exc:  # the function failed: a result to report, like the child's
-        known["child_error"] = {"message": f"{type(exc).__name__}: {exc}".splitlines()[0], "detail": ""}
-    return known
+        known["child_error"] = ChildError.raised(exc).to_dict()
+    return ChildResult.from_dict(known)
 
 
-def _report(name: str, raw: dict[str, Any], strict: bool) -> GuardReport:
-    trace = Trace.from_json(raw["trace"]) if "trace" in raw else None
+def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
+    trace = Trace.from_json(result.trace) if result.trace is not None else None
     findings = check(trace) if trace is not None else []
     recording_error = trace.meta.get("capture_error") if trace is not None else None
-    problem = raw["child_error"]["message"] if "child_error" in raw else None
-    if "replay" in raw:
-        replay = ReplayEvidence(**raw["replay"])
-    else:
+    problem = result.child_error.message if result.child_error is not None else None
+    replay = result.replay
+    if replay is None:
         stage = "the recording" if trace is None else "the replay"
         replay = ReplayEvidence(False, reason=f"{stage} did not finish" + (f": {problem}" if problem else ""))
     if trace is not None:
         replay.stochastic = random_ops(trace)
     verdict, doubt = judge(replay, recording_error, findings)
-    return GuardReport(target=name, mode=raw.get("mode", "none"), findings=findings, verdict=verdict,
+    return GuardReport(target=name, mode=result.mode or "none", findings=findings, verdict=verdict,
                        replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict)
 
 

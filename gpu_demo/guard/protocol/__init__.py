@@ -4,6 +4,8 @@
 eager reference; ``metric``: the one error metric; ``tolerance``: how close is
 correct, per dtype; ``cuda_errors``: PyTorch's CUDA errors as outcome words;
 ``child``: one function in a fresh process, so a device fault cannot kill the
-caller; ``worker``: the same in one warm process kept for many calls
-(``warm_checks()``). Imports nothing else from ``gpu_demo``.
+caller (``ChildError``: why one handed back less); ``worker``: the same in one
+warm process kept for many calls (``warm_checks()``); ``child_result``: what the
+guard's child hands back for a check, typed on both sides of the process
+boundary. Imports nothing else from ``gpu_demo``.
 """

@@ -6,7 +6,7 @@ with the caller's ``sys.path``, and calls ``function(payload, checkpoint)`` ther
 The function returns a JSON-able dict. ``checkpoint(partial)`` writes what is
 known so far, so a child that dies hard (a segfault, a hung context killed by
 the timeout) still hands back everything up to its last checkpoint, plus
-``child_error``: the last line of its stderr and the tail of it.
+``child_error`` (a ``ChildError``): the last line of its stderr and the tail of it.
 
 A Python exception in the child is caught there: the result is the last
 checkpoint plus ``child_error`` with the traceback. The child leaves with
@@ -23,10 +23,36 @@ import subprocess
 import sys
 import tempfile
 import traceback
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 Checkpoint = Callable[[dict[str, Any]], None]
+DETAIL_CHARS = 3000   # the tail of a traceback or of stderr that a ChildError keeps
+
+
+@dataclass(frozen=True)
+class ChildError:
+    """Why a child handed back less than a whole result: the one line a report shows, and the
+    tail of what the child printed (its traceback, or its stderr when it died). It travels as
+    ``result["child_error"]`` (``to_dict``)."""
+
+    message: str
+    detail: str = ""
+
+    @classmethod
+    def raised(cls, exc: BaseException, detail: str = "") -> ChildError:
+        """A Python exception, caught: its type and first line."""
+        return cls(f"{type(exc).__name__}: {exc}".splitlines()[0], detail[-DETAIL_CHARS:])
+
+    @classmethod
+    def died(cls, stderr: str, process: str) -> ChildError:
+        """A ``process`` that died (a crash, a kill): the last line it printed."""
+        lines = stderr.strip().splitlines()
+        return cls(lines[-1] if lines else f"the {process} process died without a word", stderr[-DETAIL_CHARS:])
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
 
 
 def run_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -46,9 +72,7 @@ def run_in_child(entry: str, payload: dict[str, Any], timeout: float) -> dict[st
             stderr += f"\nthe child process ran past {timeout} s and was killed"
         result = json.loads(result_path.read_text()) if result_path.exists() else {}
     if died and "child_error" not in result:
-        lines = stderr.strip().splitlines()
-        result["child_error"] = {"message": lines[-1] if lines else "the child process died without a word",
-                                 "detail": stderr[-3000:]}
+        result["child_error"] = ChildError.died(stderr, "child").to_dict()
     return result
 
 
@@ -79,7 +103,7 @@ def main(argv: list[str]) -> None:
     except BaseException as exc:  # everything the child knows goes back, the reason included
         status = 1
         text = "".join(traceback.format_exception(exc))
-        checkpoint({"child_error": {"message": f"{type(exc).__name__}: {exc}".splitlines()[0], "detail": text[-3000:]}})
+        checkpoint({"child_error": ChildError.raised(exc, text).to_dict()})
         print(text, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any, Iterator
 
-from gpu_demo.guard.protocol.child import child_env, run_in_child
+from gpu_demo.guard.protocol.child import ChildError, child_env, run_in_child
 
 _session: list["Worker"] = []
 
@@ -69,7 +69,7 @@ class Worker:
                     if kind == "done":
                         break
             except (EOFError, OSError, TimeoutError) as exc:
-                known["child_error"] = self._death(exc)
+                known["child_error"] = self._death(exc).to_dict()
             if known.get("retire") or "child_error" in known:
                 self.close()
             return known
@@ -104,7 +104,7 @@ class Worker:
         self._connection = Connection(ours.detach())
         self.started += 1
 
-    def _death(self, exc: BaseException) -> dict[str, str]:
+    def _death(self, exc: BaseException) -> ChildError:
         if isinstance(exc, TimeoutError) and self._process is not None:
             self._process.kill()
         if self._process is not None:
@@ -116,8 +116,7 @@ class Worker:
         stderr = self._stderr.read().decode(errors="replace")
         if isinstance(exc, TimeoutError):
             stderr += f"\n{exc}"
-        lines = stderr.strip().splitlines()
-        return {"message": lines[-1] if lines else "the worker process died without a word", "detail": stderr[-3000:]}
+        return ChildError.died(stderr, "worker")
 
 
 @contextmanager
@@ -165,8 +164,7 @@ def main(fd: int) -> None:
         except BaseException as exc:  # everything the worker knows goes back, the reason included
             text = "".join(traceback.format_exception(exc))
             print(text, file=sys.stderr, flush=True)
-            result = {"child_error": {"message": f"{type(exc).__name__}: {exc}".splitlines()[0],
-                                      "detail": text[-3000:]}}
+            result = {"child_error": ChildError.raised(exc, text).to_dict()}
         connection.send(("done", json.loads(json.dumps(result))))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -12,6 +12,8 @@ from gpu_demo.guard.check import GuardReport, _report, check_capture, judge
 from gpu_demo.guard.differential import Subject, describe
 from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.guard.protocol.capture_replay import ReplayEvidence, replay_and_compare
+from gpu_demo.guard.protocol.child import ChildError
+from gpu_demo.guard.protocol.child_result import ChildResult
 from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import is_random, random_ops, reseed
 from gpu_demo.lab.moe.model import MoEStack
@@ -181,9 +183,8 @@ def incident() -> MoEStack:
 @pytest.mark.parametrize("hazard, answer", [(True, "NOT capture-safe"), (False, "could not check")])
 def test_a_child_that_dies_in_the_replay_still_reports_what_the_recording_showed(hazard, answer):
     trace = record_capture(incident() if hazard else torch.neg, [torch.randn(4, 32)], replays=0)
-    raw = {"mode": "cuda", "trace": trace.to_json(),
-           "child_error": {"message": "Fatal Python error: Segmentation fault", "detail": ""}}
-    report = _report("t:f", raw, strict=False)
+    died = ChildResult(mode="cuda", trace=trace.to_json(), child_error=ChildError("Fatal Python error: Segmentation fault"))
+    report = _report("t:f", died, strict=False)
     assert report.answer == answer and report.replay.reason.startswith("the replay did not finish")
     assert ("host_mutation" in report.codes) is hazard
 
