@@ -73,8 +73,8 @@ from gpu_demo.guard.process import check_process
 from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.guard.protocol.cuda_errors import one_line
 from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
-from gpu_demo.lab.measure.stacks import plain_stack
 from gpu_demo.lab.moe.settings import RunSettings
 
 MODES = ("plain", "checked", "csan")

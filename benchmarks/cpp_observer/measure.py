@@ -38,8 +38,8 @@ from typing import Any, Callable
 import torch
 
 from gpu_demo.lab.measure.overhead import EmptyDispatchMode, ops_in, timed
+from gpu_demo.lab.measure.overhead_stacks import STACKS, gpu_pass
 from gpu_demo.lab.measure.provenance import provenance
-from gpu_demo.lab.measure.stacks import STACKS, gpu_pass
 from gpu_demo.lab.moe.settings import RunSettings
 
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_demo.lab.moe.record import record_moe
+from gpu_demo.lab.moe.recording import record_moe
 from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import check
 from simlib.programs.spec import MoEConfig

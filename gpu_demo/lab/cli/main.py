@@ -370,7 +370,7 @@ def _decode(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
 
 def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, argv: list[str]) -> int:
     from gpu_demo.guard.check import check_trace
-    from gpu_demo.lab.moe.record import record_moe
+    from gpu_demo.lab.moe.recording import record_moe
 
     trace = record_moe(config, settings)
     if args.trace_out:

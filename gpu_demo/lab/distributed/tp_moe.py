@@ -30,7 +30,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from gpu_demo.guard.record.dry_run import is_capturing
-from gpu_demo.lab.moe.model import MoELayer, MoEStack, label_tensors
+from gpu_demo.lab.moe.model import DualStreamMoELayer, MoEStack, label_tensors
 from gpu_demo.lab.moe.settings import RunSettings
 from simlib.programs.spec import MoEConfig
 
@@ -94,7 +94,7 @@ class TensorParallelMoE(nn.Module):
         return partial
 
 
-def _keep_shard(layer: MoELayer, start: int, stop: int, intermediate: int) -> None:
+def _keep_shard(layer: DualStreamMoELayer, start: int, stop: int, intermediate: int) -> None:
     """Slice ``layer``'s expert weights to intermediate columns ``[start, stop)``, in place."""
     def gate_up(w: torch.Tensor, dim: int) -> torch.Tensor:
         gate, up = w.narrow(dim, start, stop - start), w.narrow(dim, intermediate + start, stop - start)

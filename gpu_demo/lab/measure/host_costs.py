@@ -89,7 +89,7 @@ class OpSample:
 
 
 @dataclass(frozen=True)
-class Forward:
+class ProfiledForward:
     """One profiled forward: its top-level ops and its host span."""
 
     ops: tuple[OpSample, ...]
@@ -105,7 +105,7 @@ class Forward:
         return self.span_us - sum(op.dur_us for op in self.ops)
 
 
-def forwards(timeline: profiling.Timeline) -> list[Forward]:
+def forwards(timeline: profiling.Timeline) -> list[ProfiledForward]:
     """Every ``FORWARD`` window of ``timeline``, in order, as top-level ops."""
     kernel_us: dict[int, float] = defaultdict(float)
     for k in timeline.kernels:
@@ -130,7 +130,7 @@ def forwards(timeline: profiling.Timeline) -> list[Forward]:
                 module_calls=sum(1 for m in modules if last_end <= m < op.start_us),
                 launch_us=tuple(call.dur_us for call, _ in inside), kernel_us=tuple(us for _, us in inside)))
             last_end = op.end_us
-        out.append(Forward(tuple(ops), end - start, sum(1 for m in modules if start <= m <= end)))
+        out.append(ProfiledForward(tuple(ops), end - start, sum(1 for m in modules if start <= m <= end)))
     return out
 
 
@@ -139,7 +139,7 @@ def _innermost(annotations: list[tuple[str, float, float]], ts: float) -> str:
     return min(around)[1] if around else ""
 
 
-def summarize(profiled: list[Forward], annotated: list[Forward], unprofiled_host_us: float) -> dict[str, Any]:
+def summarize(profiled: list[ProfiledForward], annotated: list[ProfiledForward], unprofiled_host_us: float) -> dict[str, Any]:
     """The op sequence and the host cost per kind, scaled to the unprofiled forward.
 
     Each op's profiled times are medians over the forwards; a kind's cost is

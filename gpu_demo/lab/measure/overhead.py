@@ -9,7 +9,7 @@ seconds at a time: medians taken apart would pair a slow spell with a fast one):
 
 ``untraced``  ``gpu_demo.guard.protocol.capture_replay.warm_up`` (three eager forwards on a side stream) and a
               ``torch.cuda.graph`` capture, then a device sync, timed in a child
-              process that never records (``gpu_demo.lab.measure.untraced``), on the same CPU
+              process that never records (``gpu_demo.lab.measure.untraced_passes``), on the same CPU
               core as this process: the capture as a program that does not record
               runs it. ``ratio`` is against this
 ``plain``     the same, timed in this process, where torch's GPU-trace callbacks
@@ -36,7 +36,7 @@ listening. ``gc_s`` is the time the recording spent in Python's garbage
 collector. Two stacks: the project's ``MoEStack`` with
 ``MoEConfig(layers=61, order="shared_first")``, and a plain-PyTorch stack of 61
 ``safe_dual_stream`` corpus layers (no project annotations: what the recorder
-sees in user code; ``gpu_demo.lab.measure.stacks``).
+sees in user code; ``gpu_demo.lab.measure.overhead_stacks``).
 
 ``run_dry_overhead`` measures the same on a machine without CUDA, where
 ``record_capture`` is a dry run (two eager forwards and a ``dry_capture``
@@ -63,8 +63,8 @@ import torch
 from gpu_demo.guard.record.capture import RECORDED_WARMUPS, record_capture
 from gpu_demo.guard.record.dispatch_mode import QuickDispatchMode, op_caller
 from gpu_demo.guard.record.dry_run import dry_capture
-from gpu_demo.lab.measure.stacks import STACKS, gpu_pass, moe_stack
-from gpu_demo.lab.measure.untraced import UntracedPasses
+from gpu_demo.lab.measure.overhead_stacks import STACKS, gpu_pass, moe_stack
+from gpu_demo.lab.measure.untraced_passes import UntracedPasses
 from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import check
 
@@ -95,7 +95,7 @@ def compare(plain: Callable[[], float], recorded: Callable[[], Recorded], repeat
     back to back (without ``untraced``: / plain); with ``ops``, the cost per op.
 
     ``untraced`` times a plain pass in a process that never recorded
-    (``gpu_demo.lab.measure.untraced``): once a recorder has run, torch's GPU-trace callbacks stay on
+    (``gpu_demo.lab.measure.untraced_passes``): once a recorder has run, torch's GPU-trace callbacks stay on
     in this one for good, and its plain passes pay for them (``ratio_same_process`` is
     against those)."""
     runs = [plain, recorded, *([floor] if floor else []), *([untraced] if untraced else [])]

@@ -85,7 +85,7 @@ class PlainLayer:
 
 
 @dataclass(frozen=True)
-class Program:
+class ProbeProgram:
     name: str
     order: str
     shared: str
@@ -93,13 +93,13 @@ class Program:
 
 
 PROGRAMS = (
-    Program("routed_first_static_buffer", "routed_first", "static_buffer", replay=True),
-    Program("routed_first_raw_kernel", "routed_first", "raw_kernel", replay=False),
-    Program("safe_dual_stream", "shared_first", "static_buffer", replay=True),
+    ProbeProgram("routed_first_static_buffer", "routed_first", "static_buffer", replay=True),
+    ProbeProgram("routed_first_raw_kernel", "routed_first", "raw_kernel", replay=False),
+    ProbeProgram("safe_dual_stream", "shared_first", "static_buffer", replay=True),
 )
 
 
-def run_program(program: Program, tokens: int, hidden: int, replays: int) -> list[float]:
+def run_program(program: ProbeProgram, tokens: int, hidden: int, replays: int) -> list[float]:
     """Warm up, capture and (if safe to) replay ``program``; each replay's relative error."""
     layer = PlainLayer(tokens, hidden, order=program.order, shared=program.shared)
     reference = PlainLayer(tokens, hidden, order=program.order, shared="static_buffer")
@@ -119,7 +119,7 @@ def run_program(program: Program, tokens: int, hidden: int, replays: int) -> lis
     return errors
 
 
-def probe(program: Program, tokens: int, hidden: int, replays: int) -> tuple[Trace, str, list[float]]:
+def probe(program: ProbeProgram, tokens: int, hidden: int, replays: int) -> tuple[Trace, str, list[float]]:
     """``run_program`` inside ``capture_checked``: the trace, the checker's report, the errors."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CaptureHazardWarning)   # the reports are printed instead

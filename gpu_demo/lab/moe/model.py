@@ -196,7 +196,7 @@ class SharedExpert(nn.Module):
         return swiglu(x, self.w_gate_up, self.w_down)
 
 
-class MoELayer(nn.Module):
+class DualStreamMoELayer(nn.Module):
     """One MoE layer with its residual add; see the module docstring.
 
     Under capture the routed experts run on ``config.routed_stream`` and the
@@ -296,7 +296,7 @@ class MoEStack(nn.Module):
         init = _Init(settings, torch.Generator().manual_seed(settings.seed))
         self.streams = DualStreams(init.device)
         self.layers = nn.ModuleList(
-            MoELayer(config, self.streams, init, dual_stream=dual_stream)
+            DualStreamMoELayer(config, self.streams, init, dual_stream=dual_stream)
             for _ in range(config.layers)
         )
         if config.alt_delay_us and init.device.type == "cuda":

@@ -53,7 +53,7 @@ ARCHITECTURES: dict[str, tuple[Callable[[], PreTrainedConfig], type[PreTrainedMo
 }
 
 
-class Forward(nn.Module):
+class PromptForward(nn.Module):
     """A prompt's logits, without a cache."""
 
     def __init__(self, model: PreTrainedModel) -> None:
@@ -84,8 +84,8 @@ def _model(name: str, device: torch.device, dtype: torch.dtype) -> PreTrainedMod
     return seeded(lambda: model_class(config()), device, dtype)
 
 
-def forward(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Forward, tuple[torch.Tensor]]:
-    return Forward(_model(name, device, dtype)), (token_ids((BATCH, PROMPT), VOCAB, device),)
+def forward(name: str, device: torch.device, dtype: torch.dtype) -> tuple[PromptForward, tuple[torch.Tensor]]:
+    return PromptForward(_model(name, device, dtype)), (token_ids((BATCH, PROMPT), VOCAB, device),)
 
 
 def decode(name: str, device: torch.device, dtype: torch.dtype) -> tuple[DecodeStep, tuple[torch.Tensor, ...]]:

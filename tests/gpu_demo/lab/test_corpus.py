@@ -525,7 +525,7 @@ def test_the_overhead_table_shows_the_plain_passes_its_ratio_pairs_with(monkeypa
 
 
 def test_an_untraced_process_that_cannot_build_its_stack_says_why():
-    from gpu_demo.lab.measure.untraced import UntracedPasses
+    from gpu_demo.lab.measure.untraced_passes import UntracedPasses
     from gpu_demo.lab.moe.settings import RunSettings
 
     with pytest.raises(RuntimeError, match="untraced plain passes' process ended") as caught:
@@ -535,7 +535,7 @@ def test_an_untraced_process_that_cannot_build_its_stack_says_why():
 
 @pytest.mark.gpu
 def test_untraced_plain_passes_are_timed_in_a_process_that_never_records():
-    from gpu_demo.lab.measure.untraced import UntracedPasses
+    from gpu_demo.lab.measure.untraced_passes import UntracedPasses
     from gpu_demo.lab.moe.settings import RunSettings
 
     with UntracedPasses("plain_pytorch_stack", 2, RunSettings()) as untraced:

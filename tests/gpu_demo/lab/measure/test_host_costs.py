@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_demo.lab.measure.host_costs import FORWARD, MODULE, Forward, OpSample, forwards, kind_of, summarize
+from gpu_demo.lab.measure.host_costs import FORWARD, MODULE, OpSample, ProfiledForward, forwards, kind_of, summarize
 from gpu_demo.lab.measure.profiling import read_chrome_trace
 
 
@@ -69,7 +69,7 @@ def sample(name, dur, gap, *, launches=(), kernels=(), modules=0, role=""):
 
 
 def forward(span, *ops, modules=0):
-    return Forward(tuple(ops), span, modules)
+    return ProfiledForward(tuple(ops), span, modules)
 
 
 def test_costs_are_medians_per_kind_scaled_to_the_unprofiled_forward():
@@ -123,7 +123,7 @@ def test_the_real_module_profiled_on_the_cpu():
     names = [o["name"] for o in costs["ops"]]
     assert names.count("aten::linear") == 3 and names.count("aten::bmm") == 2   # shared x2, gate; experts x2
     assert names[0] == "aten::rms_norm" and "aten::set_" in names                  # the norm; dispose_tensor
-    # MoEStack, MoELayer, RMSNorm, SharedExpert, Router, RoutedExperts
+    # MoEStack, DualStreamMoELayer, RMSNorm, SharedExpert, Router, RoutedExperts
     assert costs["module_calls_per_forward"] == sum(o["module_calls"] for o in costs["ops"]) == 6
     assert {o["role"] for o in costs["ops"]} == {"norm", "shared_expert", "gate", "topk", "permute",
                                                  "routed_experts", "combine", "merge"}

@@ -14,7 +14,7 @@ from gpu_demo.guard.protocol import capture_replay  # noqa: E402
 from gpu_demo.guard.protocol.metric import relative_error  # noqa: E402
 from gpu_demo.lab.moe.harness import run_isolated  # noqa: E402
 from gpu_demo.lab.moe.model import MoEStack  # noqa: E402
-from gpu_demo.lab.moe.record import record_moe  # noqa: E402
+from gpu_demo.lab.moe.recording import record_moe  # noqa: E402
 from gpu_demo.lab.moe.settings import RunSettings  # noqa: E402
 from simlib.programs.spec import MoEConfig  # noqa: E402
 from simlib.trace import Mutation  # noqa: E402

@@ -5,7 +5,7 @@
 annotations (what the recorder sees in user code). ``gpu_pass`` is the warm-up
 and capture that ``record_capture`` runs, without the recording. Both the
 recording process (``gpu_demo.lab.measure.overhead``) and the untraced child
-(``gpu_demo.lab.measure.untraced``) build their stacks here.
+(``gpu_demo.lab.measure.untraced_passes``) build their stacks here.
 """
 
 from __future__ import annotations

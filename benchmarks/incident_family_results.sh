@@ -6,7 +6,7 @@
 # $OUT/process-startup-profile.txt), the model zoo under both checks ($OUT/zoo-h200.json), and
 # the GPU tests of the recorder, the whole-process check and the corpus. JSON files carry their
 # provenance; copies land in $OUT. About 8 minutes in all; the seat's whole test command
-# (python3 scripts/check_seat.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own, and
+# (python3 scripts/check_gpu_install.py --out "$OUT/seat-h200.json", about 4 minutes) is a run of its own, and
 # so is where the start-up's cost goes (PYTHONPATH=. python3 benchmarks/process_startup_layers.py --out
 # "$OUT/process-startup-layers.json", 5 layers by 5 repeats in fresh processes, about 4 minutes).
 set -uo pipefail
@@ -23,6 +23,6 @@ echo "process-startup-overhead exit: $?"
 time timeout 300 python3 -m gpu_demo.lab.zoo.runner --out "$OUT/zoo-h200.json" --jobs 4
 echo "zoo exit: $?"
 time timeout 300 python3 -m pytest -q -p no:cacheprovider -o addopts= -m gpu \
-    tests/gpu_demo/lab/test_corpus.py tests/gpu_demo/guard/test_process_family.py tests/gpu_demo/guard/test_autocheck.py \
+    tests/gpu_demo/lab/test_corpus.py tests/gpu_demo/guard/test_process_incident_family.py tests/gpu_demo/guard/test_autocheck.py \
     tests/gpu_demo/guard/record --junitxml="$OUT/family-gpu-tests.xml" 2>&1 | tail -30
 echo "gpu tests exit: ${PIPESTATUS[0]}"

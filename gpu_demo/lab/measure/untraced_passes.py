@@ -4,7 +4,7 @@ Once a recorder has run, torch's GPU-trace callbacks stay on for the rest of the
 process (``gpu_demo.guard.record.hooks``): every allocation, free and event calls into
 Python, recorder or not. A plain pass timed in the recording process pays for
 them; a program that never records does not. ``UntracedPasses`` keeps a child
-process (``python -m gpu_demo.lab.measure.untraced``) that builds the same stack and never
+process (``python -m gpu_demo.lab.measure.untraced_passes``) that builds the same stack and never
 records, and times one plain pass there per call, so that
 ``gpu_demo.lab.measure.overhead`` can pair it in time with the recorded pass timed here
 (the H200 host runs everything about 1.6 times slower for seconds at a time:
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpu_demo.lab.measure.stacks import STACKS, gpu_pass
+from gpu_demo.lab.measure.overhead_stacks import STACKS, gpu_pass
 from gpu_demo.lab.moe.settings import RunSettings
 
 READY = "ready"
@@ -32,7 +32,7 @@ WARM_PASSES = 3   # untimed plain passes before the first timed one: the GPU up 
 
 
 class UntracedPasses:
-    """Each call times one plain pass of ``stack`` (``gpu_demo.lab.measure.stacks.STACKS``) in the
+    """Each call times one plain pass of ``stack`` (``gpu_demo.lab.measure.overhead_stacks.STACKS``) in the
     child, which runs on CPU core ``core`` when given (the caller's, so both sides of a pair
     run on one core)."""
 
@@ -42,7 +42,7 @@ class UntracedPasses:
         root = str(Path(__file__).resolve().parents[3])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "gpu_demo.lab.measure.untraced", stack, str(layers), json.dumps(settings.to_dict()),
+            [sys.executable, "-m", "gpu_demo.lab.measure.untraced_passes", stack, str(layers), json.dumps(settings.to_dict()),
              *([str(core)] if core is not None else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
         self._timeout = timeout
@@ -86,7 +86,7 @@ class UntracedPasses:
 
 
 def main(argv: list[str]) -> None:
-    """The child: ``python -m gpu_demo.lab.measure.untraced STACK LAYERS SETTINGS_JSON [CORE]``; answers
+    """The child: ``python -m gpu_demo.lab.measure.untraced_passes STACK LAYERS SETTINGS_JSON [CORE]``; answers
     each ``time`` line on stdin with the seconds one plain pass took (on CPU core CORE)."""
     import torch
 

@@ -1,6 +1,6 @@
 """Install a GPU seat exactly as the instructor guide says, then run the README's test command.
 
-    python3 scripts/check_seat.py --out "$OUT/seat-h200.json"
+    python3 scripts/check_gpu_install.py --out "$OUT/seat-h200.json"
 
 The commands are read from the documents themselves, not copied here, so what this
 checks is what a reader is told: the first ``bash`` block after the guide's
@@ -38,10 +38,10 @@ def bash_block(document: Path, mark: str) -> str:
     """The first ```bash block after ``mark`` in ``document``."""
     text = document.read_text()
     if mark not in text:
-        raise SystemExit(f"check_seat: {document.name} has no {mark!r}; the commands to check are found by it")
+        raise SystemExit(f"check_gpu_install: {document.name} has no {mark!r}; the commands to check are found by it")
     found = re.search(r"```bash\n(.*?)```", text[text.index(mark):], re.DOTALL)
     if found is None:
-        raise SystemExit(f"check_seat: no ```bash block after {mark!r} in {document.name}")
+        raise SystemExit(f"check_gpu_install: no ```bash block after {mark!r} in {document.name}")
     return found.group(1)
 
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from gpu_demo.lab.measure.provenance import provenance
 
-    command = shlex.join(["python3", "scripts/check_seat.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python3", "scripts/check_gpu_install.py", *(sys.argv[1:] if argv is None else argv)])
     record = {"provenance": {**provenance([]), "command": command},
               "install_as_the_guide_says": install,
               "readme_test_command": tests and {**tests, "summary": pytest_summary(tests["output_tail"])},
