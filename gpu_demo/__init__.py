@@ -1,12 +1,12 @@
-"""The lab on real PyTorch: the guard for any program's captures, and the dual-stream MoE on a GPU.
+"""Capture-order checks on real PyTorch: the guard for any program's captures, and the lab around it.
 
-Subpackages, each one product, lowest first: ``protocol`` (capture, replay,
-compare; the child process), ``record`` (the recorder of real captures),
-``guard`` (the checks users run on their own code), ``moe`` (the incident's
-demo), ``measure`` (benchmarks, calibration, conformance), ``corpus`` (small
-programs, hazardous and safe), ``cli``; and ``lab`` (the tutorial's exercise).
-``results`` holds the recorded GPU results, read without torch.
-The record and guard packages import nothing from the demo.
+Two rooms. ``guard`` holds everything a user's check needs (the recorder in
+``guard/record``, the child-process protocol in ``guard/protocol``, the checks,
+the whole-process check and its torchrun form in ``guard/job``) and imports
+nothing else of ``gpu_demo``. ``lab`` is the lab around it: the incident's
+dual-stream MoE, the corpus and the model zoo the guard is measured on, the
+measurements, the command lines, the tutorial's exercise and the recorded GPU
+results (``gpu_demo.lab.results``, read without torch).
 
 The public surface is small:
 

@@ -5,6 +5,11 @@ the checker, each standing on the vocabulary alone; the programs; the tutorial; 
 and command lines. No module under simlib builds a path into gpu_demo: GPU results come in as
 arguments, read through ``gpu_demo.lab.results``.
 
+gpu_demo's: the guard's room (the protocol, the recorder, the checks users call, the job-wide
+check), which imports nothing else of gpu_demo; the public face; then the lab around the guard
+(its results, the corpus, the MoE demo, its distributed form, the measurements and the zoo, the
+command lines, the exercise). ``python scripts/draw_floors.py`` draws them.
+
 Every import is counted, including those inside functions (a deferred import
 can hide a circle, not remove it); only imports under ``if TYPE_CHECKING:``
 are left out, since they never run.
@@ -13,6 +18,7 @@ are left out, since they never run.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -33,7 +39,8 @@ FLOORS = [
     ("simlib",),                            # its face (__init__) and command lines (__main__, bench)
     ("gpu_demo.guard.protocol",),           # capture, replay, compare; the child process, the warm worker
     ("gpu_demo.guard.record",),             # the recorder of real captures
-    ("gpu_demo.guard",),                    # the checks users run, and the job-wide check (guard.job)
+    ("gpu_demo.guard",),                    # the checks users run: check_capture, capture_checked, autocheck
+    ("gpu_demo.guard.job",),                # the whole-process check across a torchrun job's ranks
     ("gpu_demo", "gpu_demo.autocheck"),     # the package's public surface; python -m gpu_demo.autocheck
     ("gpu_demo.lab.results",),              # the lab's recorded GPU results: json and pathlib, no torch
     ("gpu_demo.lab.corpus",),               # plain-PyTorch programs; their runner uses the guard
@@ -205,6 +212,20 @@ def test_a_planted_import_of_the_lab_or_the_face_by_the_guard_would_be_found(mon
     monkeypatch.setitem(GRAPH, "gpu_demo.guard.record.ops", GRAPH["gpu_demo.guard.record.ops"] | {"gpu_demo"})
     assert _strays(GUARD, ("simlib",)) == [("gpu_demo.guard.check", "gpu_demo.lab.moe.model"),
                                            ("gpu_demo.guard.record.ops", "gpu_demo")]
+
+
+def test_the_floors_picture_draws_what_this_file_holds(tmp_path):
+    """``scripts/draw_floors.py`` (the picture in docs/) draws no arrow up a floor and none from the
+    guard's room into the lab, and writes a PNG."""
+    spec = importlib.util.spec_from_file_location("draw_floors", ROOT / "scripts" / "draw_floors.py")
+    drawing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drawing)
+    prefixes = [prefix for prefix, _ in drawing.boxes(drawing.layout_test())]
+    drawn = drawing.arrows(drawing.layout_test(), prefixes)
+    assert ("gpu_demo.lab.cli", "gpu_demo.lab.moe") in drawn and ("gpu_demo.guard", "gpu_demo.guard.record") in drawn
+    assert [(s, t) for s, t in drawn if t != "simlib" and _floor(s) < _floor(t)] == []
+    assert [(s, t) for s, t in drawn if _within(s, (GUARD,)) and not _within(t, (GUARD, "simlib"))] == []
+    assert drawing.draw(tmp_path / "floors.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # --------------------------------------------------------------------------- no path into gpu_demo

@@ -9,7 +9,7 @@ For each program, in its own child processes (``gpu_demo.guard.protocol.child``)
   reference run *after* it on the same input (the protocol of
   ``gpu_demo.lab.moe.harness``); for a script, its own comparisons with eager. The
   outcome is a ``simlib.glossary`` word, with the error of every replay;
-* **guard**: ``gpu_demo.guard.check_capture`` on ``gpu_demo.lab.corpus.<name>:make``
+* **guard**: ``gpu_demo.guard.check.check_capture`` on ``gpu_demo.lab.corpus.<name>:make``
   (recording and checker, plus its own differential replay in its own child);
   a script has no one function to check, so this mode does not apply to it;
 * **process**: the whole-process check (``check_process``, what

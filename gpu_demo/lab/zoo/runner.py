@@ -11,7 +11,7 @@ For each entry (``gpu_demo.lab.zoo.ENTRIES``):
   ``replays`` replays with fresh inputs, each compared with the reference on the
   same input. All truths run in one child process (``gpu_demo.guard.protocol.child``),
   checkpointed after each entry, so a fault costs only what follows it;
-* **guard**: ``gpu_demo.guard.check_capture`` on the entry's factory, first in a fresh
+* **guard**: ``gpu_demo.guard.check.check_capture`` on the entry's factory, first in a fresh
   child process (``check_s["first"]``, ``jobs`` entries at a time, so these times
   share the machine), then again, one entry after another, in one warm worker
   (``warm_checks``) that an earlier check has primed (``check_s["warm"]``): what a
