@@ -247,9 +247,13 @@ def test_the_command_line_holds_the_acceptance_defaults_and_refuses_ratios_witho
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what a machine without CUDA is told")
 def test_without_cuda_the_benchmarks_say_they_need_it(serving, generating, capsys):
-    assert serving.main(["--steps", "3000"]) == 2 and generating.main([]) == 2
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(ROOT / "benchmarks"))
+        import serving_layers
+    assert serving.main(["--steps", "3000"]) == 2 and generating.main([]) == 2 and serving_layers.main([]) == 2
     err = capsys.readouterr().err
     assert "serving_overhead: needs CUDA" in err and "generate_overhead: needs CUDA" in err
+    assert "serving_layers: needs CUDA" in err
 
 
 # -- generate ---------------------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""Where a checked served step's time goes: the serving benchmark's loop, one layer of the check at a time.
+
+    PYTHONPATH=. python benchmarks/serving_layers.py --out $OUT/serving-layers.json
+
+``serving_overhead.py`` times the whole check against none over a server's
+life; this times the served steps with the layers between, each in a fresh
+process, every layer once per repeat, interleaved so drift hits all. Each run
+starts up (``serving_overhead.start_up``), serves ``--warm`` steps untimed (the
+check serves from its first replay, and every batch size has replayed), then
+times ``--steps`` steps:
+
+``plain``         nothing added
+``gpu_trace``     torch's GPU-trace reports switched on (``torch._C._activate_gpu_trace()``),
+                  nobody listening: what torch's C++ costs each allocation, free and event
+                  once they are reported to Python, as the recorder needs them
+``memory_watch``  the recorder's memory watch alone at the bottom of the torch-function stack,
+                  watching nothing: what standing aside costs every Python-level call
+``checked``       ``check_process``: the whole-process check
+
+Each layer's ``median_us`` is the median over repeats of its microseconds per
+step, ``over_plain`` the median of its per-repeat ratio to that repeat's
+``plain`` run. ``--profile PATH``: one more checked run under cProfile, after
+the repeats; its top functions go to PATH. Writes JSON with provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import shlex
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from process_startup_overhead import fresh_process, report  # its neighbours: a script's folder is on the path
+from serving_overhead import SIZES, batch_sizes, serve_step, start_up
+
+from gpu_demo.guard.process import check_process
+from gpu_demo.guard.record.memory_watch import MemoryWatch, install_at_bottom
+from gpu_demo.lab.measure.provenance import provenance
+
+LAYERS = ("plain", "gpu_trace", "memory_watch", "checked")
+
+
+def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None = None) -> dict:
+    torch.cuda.init()
+    if layer == "gpu_trace":
+        torch._C._activate_gpu_trace()
+    elif layer == "memory_watch":
+        install_at_bottom(MemoryWatch(lambda func, args, kwargs: func(*args, **kwargs)))
+    elif layer == "checked":
+        check_process("warn")
+    requests = batch_sizes(warm + steps, max(SIZES))
+    profiler = cProfile.Profile() if profile else None
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        server = start_up(layers, SIZES)
+        for i in range(warm):
+            serve_step(server, requests[i], i)
+        torch.cuda.synchronize()
+        if profiler is not None:
+            profiler.enable()
+        start = time.perf_counter()
+        for i in range(warm, warm + steps):
+            serve_step(server, requests[i], i)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        if profiler is not None:
+            profiler.disable()
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+        profile.write_text(text.getvalue())
+    return {"layer": layer, "per_step_us": elapsed / steps * 1e6}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON results (default: print only)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=4, help="layers of the served stack")
+    parser.add_argument("--warm", type=int, default=500, help="steps served before the timed ones")
+    parser.add_argument("--steps", type=int, default=3000, help="steps timed per run")
+    parser.add_argument("--profile", type=Path, help="also profile one more checked run (cProfile) into this file")
+    parser.add_argument("--child", choices=LAYERS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = (str(args.layers), str(args.warm), str(args.steps))
+    if args.child:
+        print(json.dumps(child(args.child, args.layers, args.warm, args.steps, args.profile)))
+        return 0
+    if not torch.cuda.is_available():
+        print("serving_layers: needs CUDA (it replays real graphs)", file=sys.stderr)
+        return 2
+    options = ("--layers", sizes[0], "--warm", sizes[1], "--steps", sizes[2])
+    runs = [{layer: fresh_process(__file__, layer, *options) for layer in LAYERS} for _ in range(args.repeats)]
+    if args.profile:
+        args.profile.parent.mkdir(parents=True, exist_ok=True)
+        fresh_process(__file__, "checked", *options, "--profile", str(args.profile))
+    result = {
+        "provenance": {**provenance(argv), "command": shlex.join(["python", "benchmarks/serving_layers.py", *argv])},
+        "repeats": args.repeats, "layers_of_the_stack": args.layers, "warm": args.warm, "steps": args.steps,
+        "layers": {layer: {"per_step_us": [run[layer]["per_step_us"] for run in runs],
+                           "median_us": statistics.median(run[layer]["per_step_us"] for run in runs),
+                           "over_plain": statistics.median(run[layer]["per_step_us"] / run["plain"]["per_step_us"]
+                                                           for run in runs)} for layer in LAYERS},
+    }
+    return report(result, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
