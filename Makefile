@@ -22,7 +22,7 @@ tutorial: $(STAMP)  ## open the tutorial in JupyterLab, on the first notebook
 	$(BIN)/jupyter lab notebooks/00-overview.ipynb $(ROOT_FLAG) $(JUPYTER_ARGS)
 
 headline: $(STAMP)  ## no browser: print and save the headline comparison
-	$(BIN)/python -m simlib headline --out out --gpu-results gpu_demo/results/matrix-h200.json
+	$(BIN)/python -m simlib headline --out out --gpu-results gpu_demo/lab/results/matrix-h200.json
 
 test: $(STAMP)  ## every test CI runs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -33,8 +33,8 @@ from serving_overhead import fresh_run, median, paired, start_up, timed_repeats 
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gpu_demo.guard.process import check_process
-from gpu_demo.measure.overhead import collector_time
-from gpu_demo.measure.provenance import provenance
+from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.provenance import provenance
 
 MODES = ("plain", "checked")
 TARGET = 2.0

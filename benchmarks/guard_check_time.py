@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from gpu_demo import check_capture, warm_checks
-from gpu_demo.measure.provenance import provenance
+from gpu_demo.lab.measure.provenance import provenance
 
 
 def mlp(device: torch.device, dtype: torch.dtype):

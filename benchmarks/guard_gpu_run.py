@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import guard_check_time  # noqa: E402
 
-from gpu_demo.measure.provenance import provenance  # noqa: E402
+from gpu_demo.lab.measure.provenance import provenance  # noqa: E402
 
 TOTAL_S = 230   # the whole pass stays under 4 minutes: the tests first, the timings in what is left
 

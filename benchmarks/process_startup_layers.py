@@ -36,9 +36,9 @@ import torch
 from process_startup_overhead import SIZES, fresh_process, report, startup  # its neighbour: a script's folder is on the path
 
 from gpu_demo.guard.process import _young_generation_for_records, check_process
-from gpu_demo.measure.overhead import EmptyDispatchMode, collector_time
-from gpu_demo.measure.provenance import provenance
-from gpu_demo.record.recorder import CaptureRecorder
+from gpu_demo.guard.record.recorder import CaptureRecorder
+from gpu_demo.lab.measure.overhead import EmptyDispatchMode, collector_time
+from gpu_demo.lab.measure.provenance import provenance
 
 LAYERS = ("unchecked", "empty_mode", "gpu_trace", "recorded", "checked")
 

@@ -3,7 +3,7 @@
     PYTHONPATH=. python benchmarks/process_startup_overhead.py --out $OUT/process-startup-overhead.json
 
 The start-up of a serving engine, in plain PyTorch: build the 61-layer plain
-stack (``gpu_demo.measure.stacks.plain_stack``, ``safe_dual_stream`` layers),
+stack (``gpu_demo.lab.measure.overhead_stacks.plain_stack``, ``safe_dual_stream`` layers),
 then for each batch size warm it up eagerly (two calls on a side stream) and
 capture it into one shared pool (``torch.cuda.graph(g, pool=...)``), as
 vLLM and SGLang capture one graph per batch size. Each repeat times it twice,
@@ -37,11 +37,11 @@ from pathlib import Path
 import torch
 
 from gpu_demo.guard.process import check_process
-from gpu_demo.measure.overhead import collector_time
-from gpu_demo.measure.provenance import provenance
-from gpu_demo.measure.stacks import plain_stack
-from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.overhead_stacks import plain_stack
+from gpu_demo.lab.measure.provenance import provenance
+from gpu_demo.lab.moe.settings import RunSettings
 
 TARGET = 3.0
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)

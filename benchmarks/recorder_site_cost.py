@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from gpu_demo.record import call_site
-from gpu_demo.record import ops as recorder_module
-from gpu_demo.record.cuda_device import cpu_device
-from gpu_demo.record.recorder import CaptureRecorder
+from gpu_demo.guard.record import call_site
+from gpu_demo.guard.record import ops as recorder_module
+from gpu_demo.guard.record.cuda_device import cpu_device
+from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.trace import Launch
 
 

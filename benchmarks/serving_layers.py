@@ -42,8 +42,8 @@ from process_startup_overhead import fresh_process, report  # its neighbours: a 
 from serving_overhead import SIZES, batch_sizes, serve_step, start_up
 
 from gpu_demo.guard.process import check_process
-from gpu_demo.measure.provenance import provenance
-from gpu_demo.record.memory_watch import MemoryWatch, install_at_bottom
+from gpu_demo.guard.record.memory_watch import MemoryWatch, install_at_bottom
+from gpu_demo.lab.measure.provenance import provenance
 
 LAYERS = ("plain", "gpu_trace", "memory_watch", "checked")
 

@@ -70,12 +70,12 @@ import torch
 from process_startup_overhead import fresh_process, report  # its neighbour: a script's folder is on the path
 
 from gpu_demo.guard.process import check_process
-from gpu_demo.measure.overhead import collector_time
-from gpu_demo.measure.provenance import provenance
-from gpu_demo.measure.stacks import plain_stack
-from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.cuda_errors import one_line
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.cuda_errors import one_line
+from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.overhead_stacks import plain_stack
+from gpu_demo.lab.measure.provenance import provenance
+from gpu_demo.lab.moe.settings import RunSettings
 
 MODES = ("plain", "checked", "csan")
 SIZES = (1, 2, 4, 8, 16, 32)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 34's GPU evidence, run on the device from the repo root, each part time-bounded (under 9 minutes
 # in all, about 8 at most): the four serving programs' truth and whole-process verdicts
-# ($OUT/corpus-serving.json; --out keeps the committed gpu_demo/results/corpus-h200.json as it is), a
+# ($OUT/corpus-serving.json; --out keeps the committed gpu_demo/lab/results/corpus-h200.json as it is), a
 # server's life plain, checked and under CUDA's sanitizer ($OUT/serving-overhead.json: 3,000 steps in
 # blocks of 1,000, 7 repeats as far as SERVING_LIMIT seconds allow), and eager generate after a start-up
 # ($OUT/generate-overhead.json, 7 repeats as far as GENERATE_LIMIT allows). JSON files carry their

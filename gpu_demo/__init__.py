@@ -1,12 +1,12 @@
-"""The lab on real PyTorch: the guard for any program's captures, and the dual-stream MoE on a GPU.
+"""Capture-order checks on real PyTorch: the guard for any program's captures, and the lab around it.
 
-Subpackages, each one product, lowest first: ``protocol`` (capture, replay,
-compare; the child process), ``record`` (the recorder of real captures),
-``guard`` (the checks users run on their own code), ``moe`` (the incident's
-demo), ``measure`` (benchmarks, calibration, conformance), ``corpus`` (small
-programs, hazardous and safe), ``cli``; and ``lab`` (the tutorial's exercise).
-``results`` holds the recorded GPU results, read without torch.
-The record and guard packages import nothing from the demo.
+Two rooms. ``guard`` holds everything a user's check needs (the recorder in
+``guard/record``, the child-process protocol in ``guard/protocol``, the checks,
+the whole-process check and its torchrun form in ``guard/job``) and imports
+nothing else of ``gpu_demo``. ``lab`` is the lab around it: the incident's
+dual-stream MoE, the corpus and the model zoo the guard is measured on, the
+measurements, the command lines, the tutorial's exercise and the recorded GPU
+results (``gpu_demo.lab.results``, read without torch).
 
 The public surface is small:
 
@@ -14,12 +14,12 @@ The public surface is small:
     a test-suite guard: recording, checker and differential replay (``gpu_demo.guard``)
 ``warm_checks()``
     checks inside share one warm child process: torch and your modules are imported once
-    (``gpu_demo.protocol.worker``; for pytest: ``-p gpu_demo.guard.pytest_plugin``)
+    (``gpu_demo.guard.protocol.worker``; for pytest: ``-p gpu_demo.guard.pytest_plugin``)
 ``capture_checked()``
     check every CUDA-graph capture inside a ``with`` block (``gpu_demo.guard.process``;
     ``CAPTURE_ORDER_CHECK=1`` checks a whole unmodified program)
 ``label(tensor, name)``
-    name a tensor in recorded traces (``gpu_demo.record.annotate``)
+    name a tensor in recorded traces (``gpu_demo.guard.record.annotate``)
 
 and the CLI, ``python -m gpu_demo run | bench | decode | record | check | corpus | fidelity``.
 """
@@ -33,16 +33,16 @@ __all__ = ["CaptureHazardWarning", "assert_capture_safe", "capture_checked", "ch
 
 def __getattr__(name: str) -> Any:
     """Each public name, imported on first use (PEP 562): a subpackage that needs no torch
-    (``gpu_demo.results``) imports without it. The imports are written out, so that
+    (``gpu_demo.lab.results``) imports without it. The imports are written out, so that
     ``tests/test_layout.py`` sees where each name comes from."""
     if name in ("assert_capture_safe", "check_capture"):
         from gpu_demo.guard import check as home
     elif name in ("CaptureHazardWarning", "capture_checked"):
         from gpu_demo.guard import process as home
     elif name == "warm_checks":
-        from gpu_demo.protocol import worker as home
+        from gpu_demo.guard.protocol import worker as home
     elif name == "label":
-        from gpu_demo.record import annotate as home
+        from gpu_demo.guard.record import annotate as home
     else:
         raise AttributeError(f"module 'gpu_demo' has no attribute {name!r}")
     value = globals()[name] = getattr(home, name)

@@ -1,5 +1,7 @@
+"""``python -m gpu_demo COMMAND``: the lab's command line (``gpu_demo.lab.cli.main``)."""
+
 import sys
 
-from gpu_demo.cli.main import main
+from gpu_demo.lab.cli.main import main
 
 sys.exit(main())

@@ -3,7 +3,7 @@
     python -m simlib check --scenario moe --order routed_first      # exits 1: errors found
     python -m simlib check --trace recorded.json --strict           # a saved (or real) trace
     python -m simlib export --order shared_first --pdl --out trace.json
-    python -m simlib headline --out out --gpu-results gpu_demo/results/matrix-h200.json
+    python -m simlib headline --out out --gpu-results gpu_demo/lab/results/matrix-h200.json
 
 ``check`` exits 1 when the checker finds an error (wrong on every replay) or
 the capture itself failed, 0 otherwise; warnings (races) fail only with

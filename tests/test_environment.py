@@ -45,18 +45,18 @@ def test_simlib_imports_neither_torch_nor_matplotlib_nor_gpu_demo():
 
 
 def test_the_seat_check_runs_the_commands_the_guide_and_the_readme_give():
-    # scripts/check_seat.py (the lead's H200 run) reads its commands from the documents,
+    # scripts/check_gpu_install.py (the lead's H200 run) reads its commands from the documents,
     # so the install that is checked is the one a reader is told to type.
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("check_seat", ROOT / "scripts" / "check_seat.py")
-    check_seat = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check_seat)
-    install = check_seat.bash_block(check_seat.GUIDE, check_seat.GUIDE_MARK).splitlines()
+    spec = importlib.util.spec_from_file_location("check_gpu_install", ROOT / "scripts" / "check_gpu_install.py")
+    install_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install_check)
+    install = install_check.bash_block(install_check.GUIDE, install_check.GUIDE_MARK).splitlines()
     assert "python3 -m pip install --no-deps --no-build-isolation -e ." in install
     assert any(line.startswith("cp capture_order_check.pth ") for line in install)
     assert not any("torch==" in line or "[gpu" in line or "[all" in line for line in install)   # keeps the seat's torch
-    (test,) = check_seat.bash_block(check_seat.README, check_seat.README_MARK).splitlines()
+    (test,) = install_check.bash_block(install_check.README, install_check.README_MARK).splitlines()
     assert test.startswith("python3 -m pytest tests ") and "-o addopts=" in test
-    assert check_seat.pytest_summary("...\n957 passed, 27 skipped, 15 warnings in 63.08s\n") == \
+    assert install_check.pytest_summary("...\n957 passed, 27 skipped, 15 warnings in 63.08s\n") == \
         "957 passed, 27 skipped, 15 warnings in 63.08s"

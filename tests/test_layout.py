@@ -3,7 +3,12 @@
 simlib's floors: the vocabulary both worlds use (trace, glossary, memory, export); the engine and
 the checker, each standing on the vocabulary alone; the programs; the tutorial; the package's face
 and command lines. No module under simlib builds a path into gpu_demo: GPU results come in as
-arguments, read through ``gpu_demo.results``.
+arguments, read through ``gpu_demo.lab.results``.
+
+gpu_demo's: the guard's room (the protocol, the recorder, the checks users call, the job-wide
+check), which imports nothing else of gpu_demo; the public face; then the lab around the guard
+(its results, the corpus, the MoE demo, its distributed form, the measurements and the zoo, the
+command lines, the exercise). ``python scripts/draw_floors.py`` draws them.
 
 Every import is counted, including those inside functions (a deferred import
 can hide a circle, not remove it); only imports under ``if TYPE_CHECKING:``
@@ -13,6 +18,7 @@ are left out, since they never run.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -31,19 +37,21 @@ FLOORS = [
     ("simlib.programs",),                   # simulated programs, the harness that runs them, their verdicts
     ("simlib.tutorial",),                   # the notebooks' pictures, tables, widgets and exercises
     ("simlib",),                            # its face (__init__) and command lines (__main__, bench)
-    ("gpu_demo.results",),                  # the recorded GPU results: json and pathlib, no torch
-    ("gpu_demo.protocol",),
-    ("gpu_demo.record",),
-    ("gpu_demo.guard", "gpu_demo.autocheck"),
-    ("gpu_demo",),                          # the package's public surface: guard and record
-    ("gpu_demo.corpus", "gpu_demo.zoo"),    # plain-PyTorch programs and real models; runners use the guard
-    ("gpu_demo.moe",),
-    ("gpu_demo.distributed",),              # the tensor-parallel MoE and the guard under torchrun
-    ("gpu_demo.measure",),
-    ("gpu_demo.cli", "gpu_demo.__main__", "gpu_demo.distributed.__main__"),
-    ("gpu_demo.lab",),                      # the tutorial's exercise: uses the public surface
+    ("gpu_demo.guard.protocol",),           # capture, replay, compare; the child process, the warm worker
+    ("gpu_demo.guard.record",),             # the recorder of real captures
+    ("gpu_demo.guard",),                    # the checks users run: check_capture, capture_checked, autocheck
+    ("gpu_demo.guard.job",),                # the whole-process check across a torchrun job's ranks
+    ("gpu_demo", "gpu_demo.autocheck"),     # the package's public surface; python -m gpu_demo.autocheck
+    ("gpu_demo.lab.results",),              # the lab's recorded GPU results: json and pathlib, no torch
+    ("gpu_demo.lab.corpus",),               # plain-PyTorch programs; their runner uses the guard
+    ("gpu_demo.lab.moe",),                  # the incident's dual-stream MoE
+    ("gpu_demo.lab.distributed",),          # that MoE, tensor-parallel
+    ("gpu_demo.lab.measure", "gpu_demo.lab.zoo"),   # measurements; real models the guard must pass
+    ("gpu_demo.lab.cli", "gpu_demo.__main__", "gpu_demo.distributed"),   # the command lines
+    ("gpu_demo.lab.exercise",),             # the tutorial's exercise: uses the public surface
 ]
-DEMO = ("gpu_demo.moe", "gpu_demo.measure", "gpu_demo.cli", "gpu_demo.lab")
+# The lab around the guard, and the command lines that reach it: what the guard must never need.
+DEMO = ("gpu_demo.lab", "gpu_demo.__main__", "gpu_demo.distributed")
 
 
 def _module_names() -> dict[str, Path]:
@@ -142,8 +150,8 @@ def _cycles() -> list[list[str]]:
 
 
 def test_the_walk_sees_deferred_imports():
-    # gpu_demo.cli.main imports the harness inside a command's function only
-    assert "gpu_demo.moe.harness" in GRAPH["gpu_demo.cli.main"]
+    # gpu_demo.lab.cli.main imports the harness inside a command's function only
+    assert "gpu_demo.lab.moe.harness" in GRAPH["gpu_demo.lab.cli.main"]
 
 
 def test_no_module_takes_part_in_an_import_circle():
@@ -151,8 +159,9 @@ def test_no_module_takes_part_in_an_import_circle():
 
 
 def test_a_planted_circle_would_be_found(monkeypatch):
-    monkeypatch.setitem(GRAPH, "gpu_demo.protocol.metric", GRAPH["gpu_demo.protocol.metric"] | {"gpu_demo.cli.main"})
-    assert any("gpu_demo.protocol.metric" in c for c in _cycles())
+    metric = "gpu_demo.guard.protocol.metric"
+    monkeypatch.setitem(GRAPH, metric, GRAPH[metric] | {"gpu_demo.lab.cli.main"})
+    assert any(metric in c for c in _cycles())
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -188,6 +197,35 @@ def test_the_checker_reads_the_vocabulary_alone():
 def test_a_planted_import_of_a_program_by_the_engine_would_be_found(monkeypatch):
     monkeypatch.setitem(GRAPH, "simlib.engine.device", GRAPH["simlib.engine.device"] | {"simlib.programs.harness"})
     assert ("simlib.engine.device", "simlib.programs.harness") in _strays("simlib.engine", VOCABULARY)
+
+
+GUARD = "gpu_demo.guard"   # the room that holds everything a user's check needs
+
+
+def test_the_guard_room_imports_only_itself_and_simlib():
+    """Besides torch and the standard library (not modules of this tree): no lab, no results, not the face."""
+    assert _strays(GUARD, ("simlib",)) == []
+
+
+def test_a_planted_import_of_the_lab_or_the_face_by_the_guard_would_be_found(monkeypatch):
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.check", GRAPH["gpu_demo.guard.check"] | {"gpu_demo.lab.moe.model"})
+    monkeypatch.setitem(GRAPH, "gpu_demo.guard.record.ops", GRAPH["gpu_demo.guard.record.ops"] | {"gpu_demo"})
+    assert _strays(GUARD, ("simlib",)) == [("gpu_demo.guard.check", "gpu_demo.lab.moe.model"),
+                                           ("gpu_demo.guard.record.ops", "gpu_demo")]
+
+
+def test_the_floors_picture_draws_what_this_file_holds(tmp_path):
+    """``scripts/draw_floors.py`` (the picture in docs/) draws no arrow up a floor and none from the
+    guard's room into the lab, and writes a PNG."""
+    spec = importlib.util.spec_from_file_location("draw_floors", ROOT / "scripts" / "draw_floors.py")
+    drawing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drawing)
+    prefixes = [prefix for prefix, _ in drawing.boxes(drawing.layout_test())]
+    drawn = drawing.arrows(drawing.layout_test(), prefixes)
+    assert ("gpu_demo.lab.cli", "gpu_demo.lab.moe") in drawn and ("gpu_demo.guard", "gpu_demo.guard.record") in drawn
+    assert [(s, t) for s, t in drawn if t != "simlib" and _floor(s) < _floor(t)] == []
+    assert [(s, t) for s, t in drawn if _within(s, (GUARD,)) and not _within(t, (GUARD, "simlib"))] == []
+    assert drawing.draw(tmp_path / "floors.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # --------------------------------------------------------------------------- no path into gpu_demo
@@ -253,11 +291,11 @@ def paths_into_gpu_demo(relative: Path, source: str) -> list[tuple[int, str]]:
 def test_no_module_under_simlib_opens_a_path_into_gpu_demo():
     found = [f"{path.relative_to(ROOT)}:{line}: {why}" for path in sorted((ROOT / "simlib").rglob("*.py"))
              for line, why in paths_into_gpu_demo(path.relative_to(ROOT), path.read_text())]
-    assert found == [], "simlib takes GPU results as arguments (gpu_demo.results):\n" + "\n".join(found)
+    assert found == [], "simlib takes GPU results as arguments (gpu_demo.lab.results):\n" + "\n".join(found)
 
 
 def test_the_path_scan_catches_what_simlib_read_before_and_passes_what_it_reads_now():
-    before = {   # simlib/gpu_results.py and simlib/lab.py, as they read gpu_demo/results before
+    before = {   # simlib/gpu_results.py and simlib/lab.py, as they read gpu_demo/lab/results before
         "simlib/gpu_results.py": ('GPU_RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"'
                                   ' / "matrix-h200.json"\n'),
         "simlib/lab.py": 'RESULTS = Path(__file__).resolve().parent.parent / "gpu_demo" / "results"\n',
@@ -321,12 +359,12 @@ def test_the_guard_checks_a_plain_program_with_the_demo_unimportable(tmp_path):
 
 
 def test_the_recorded_results_import_without_torch_and_the_public_names_on_first_use():
-    """``gpu_demo.results`` is json and pathlib: a notebook hands it to simlib on a seat without torch.
+    """``gpu_demo.lab.results`` is json and pathlib: a notebook hands it to simlib on a seat without torch.
     The package's public names are imported when first asked for (``gpu_demo.__getattr__``)."""
     script = textwrap.dedent('''
         import sys
-        import gpu_demo, gpu_demo.results
-        print("TORCH", "torch" in sys.modules, gpu_demo.results.load("matrix-h200")["provenance"]["gpu"])
+        import gpu_demo, gpu_demo.lab.results
+        print("TORCH", "torch" in sys.modules, gpu_demo.lab.results.load("matrix-h200")["provenance"]["gpu"])
         print("PUBLIC", all(callable(getattr(gpu_demo, name)) for name in gpu_demo.__all__), "torch" in sys.modules)
     ''')
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)

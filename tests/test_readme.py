@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from gpu_demo.cli.main import fidelity_report
+from gpu_demo.lab.cli.main import fidelity_report
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

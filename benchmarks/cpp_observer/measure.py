@@ -1,6 +1,6 @@
 """What the recorder's per-op work would cost in C++, against the Python dispatch mode.
 
-``gpu_demo.record.recorder`` does its per-op work in Python, in a ``TorchDispatchMode``;
+``gpu_demo.guard.record.recorder`` does its per-op work in Python, in a ``TorchDispatchMode``;
 a dispatch mode that only calls each op (``floor``) already costs a large part of
 the 3x the recorder aims for (README, "Check your own capture code"). This
 measures the alternative below Python: ``observer.cpp``, a C++ observer on
@@ -12,13 +12,13 @@ top. It also sees every op an op calls through the dispatcher (``observer_ops``
 against the dispatch mode's ``ops``), more than a recorder would keep.
 
 Each repeat times one pass of each, interleaved, on one CPU core, the way
-``gpu_demo.measure.overhead`` times its floor (``timed``): ``untraced`` (warm-up and
-capture, ``gpu_demo.measure.overhead.gpu_pass``), ``cpp_observer`` (the same with the
+``gpu_demo.lab.measure.overhead`` times its floor (``timed``): ``untraced`` (warm-up and
+capture, ``gpu_demo.lab.measure.overhead.gpu_pass``), ``cpp_observer`` (the same with the
 observer on) and ``floor`` (the same under ``EmptyDispatchMode``). Ratios are
 medians of each pass over the untraced pass of its repeat. This process never turns torch's GPU-trace
 callbacks on, so none of the three pays for them.
 
-    python benchmarks/cpp_observer/measure.py --out gpu_demo/results/cpp-observer-h200.json
+    python benchmarks/cpp_observer/measure.py --out gpu_demo/lab/results/cpp-observer-h200.json
 
 Needs a CUDA GPU, a C++ compiler and ninja (``torch.utils.cpp_extension`` builds
 the observer on first use, about a minute).
@@ -37,10 +37,10 @@ from typing import Any, Callable
 
 import torch
 
-from gpu_demo.measure.overhead import EmptyDispatchMode, ops_in, timed
-from gpu_demo.measure.provenance import provenance
-from gpu_demo.measure.stacks import STACKS, gpu_pass
-from gpu_demo.moe.settings import RunSettings
+from gpu_demo.lab.measure.overhead import EmptyDispatchMode, ops_in, timed
+from gpu_demo.lab.measure.overhead_stacks import STACKS, gpu_pass
+from gpu_demo.lab.measure.provenance import provenance
+from gpu_demo.lab.moe.settings import RunSettings
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "python benchmarks/cpp_observer/measure.py"
@@ -57,7 +57,7 @@ def build() -> Any:
 
 
 class Observing:
-    """The observer on inside (a ``mode`` for ``gpu_demo.measure.overhead.timed``); after, ``counts``:
+    """The observer on inside (a ``mode`` for ``gpu_demo.lab.measure.overhead.timed``); after, ``counts``:
     (ops seen, of them called from no other op, tensors frozen)."""
 
     def __init__(self, observer: Any) -> None:
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     observer = build()
     settings = RunSettings()
     core = min(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {core})   # every pass on one core, as gpu_demo.measure.overhead does
+    os.sched_setaffinity(0, {core})   # every pass on one core, as gpu_demo.lab.measure.overhead does
     results: dict[str, Any] = {"provenance": {**provenance([]), "command": " ".join([COMMAND, *argv])},
                                "layers": args.layers, "repeats": args.repeats, "settings": settings.to_dict()}
     with torch.no_grad():

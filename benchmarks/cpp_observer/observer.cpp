@@ -1,6 +1,6 @@
 // A recorder's per-op work done in C++, as a measurement: on every op, torch's
 // RecordFunction hook hands this observer the op's inputs (before it runs) and
-// outputs (after), and it freezes what gpu_demo.record.recorder freezes for each tensor
+// outputs (after), and it freezes what gpu_demo.guard.record.recorder freezes for each tensor
 // (identity, data pointer, storage block and bytes, numel, shape, bytes) and the
 // current stream, into a log. Nothing reads the log but the counts: measure.py
 // times passes with it on, to show what the recorder would cost below Python.

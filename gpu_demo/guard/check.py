@@ -10,17 +10,17 @@
 ``GuardReport``; ``assert_capture_safe`` raises ``CaptureNotSafe`` (an
 ``AssertionError`` carrying the report) unless it passes.
 
-* **Static** (explains): ``gpu_demo.record.recorder`` records a warm-up and a capture
+* **Static** (explains): ``gpu_demo.guard.record.recorder`` records a warm-up and a capture
   and ``simlib.checker`` reads the trace: the host emptied a tensor a later
   launch froze, a null argument, a race, a block reused across streams, ...
 * **Differential replay** (proves): ``gpu_demo.guard.differential`` captures ``fn``,
   replays it on fresh random inputs and compares every replay with an eager
   reference. A fault, a capture error or a mismatch fails.
 
-Both run in one child process (``gpu_demo.protocol.child``), so a replay that faults
+Both run in one child process (``gpu_demo.guard.protocol.child``), so a replay that faults
 (``cudaErrorIllegalAddress`` loses the CUDA context) cannot kill the caller; inside
 ``warm_checks()`` (or with the pytest plugin ``gpu_demo.guard.pytest_plugin``) that
-process is a warm worker (``gpu_demo.protocol.worker``) kept for the next check, so
+process is a warm worker (``gpu_demo.guard.protocol.worker``) kept for the next check, so
 torch and your modules are imported once. How ``fn`` reaches the child and which
 callables count as factories is in ``gpu_demo.guard.target``. ``isolate=False`` runs
 everything in this process instead (a device fault then ends it).
@@ -62,11 +62,13 @@ from typing import Any, Callable
 import torch
 
 from gpu_demo.guard.differential import Subject, check_in_child, describe, replay_in_child
+from gpu_demo.guard.protocol.capture_replay import ReplayEvidence
+from gpu_demo.guard.protocol.child import ChildError
+from gpu_demo.guard.protocol.child_result import ChildResult
+from gpu_demo.guard.protocol.worker import run_checked
+from gpu_demo.guard.record.dry_run import NOT_SEEN
 from gpu_demo.guard.stochastic import random_ops
 from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
-from gpu_demo.protocol.capture_replay import ReplayEvidence
-from gpu_demo.protocol.worker import run_checked
-from gpu_demo.record.dry_run import NOT_SEEN
 from simlib.checker import ERROR, Finding, check, format_report
 from simlib.checker.verdict import verdict
 from simlib.glossary import (
@@ -252,10 +254,10 @@ def check_capture(
         fresh_inputs=None if fresh_inputs is None else (portable(fresh_inputs) if isolate else fresh_inputs),
     )
     in_child = isolate and torch.cuda.is_available()
-    raw = _run(check_in_child, subject, in_child, timeout)
-    if raw.pop("replay_elsewhere", False) and "child_error" not in raw:
-        raw.update(_run(replay_in_child, subject, in_child, timeout))
-    return _report(subject.name, raw, strict)
+    result = _run(check_in_child, subject, in_child, timeout)
+    if result.replay_elsewhere and result.child_error is None:
+        result = result.then(_run(replay_in_child, subject, in_child, timeout))
+    return _report(subject.name, result, strict)
 
 
 def assert_capture_safe(fn: Target, *inputs: torch.Tensor, dry_run_ok: bool = False, **options: Any) -> GuardReport:
@@ -274,32 +276,31 @@ def assert_capture_safe(fn: Target, *inputs: torch.Tensor, dry_run_ok: bool = Fa
     raise CaptureNotSafe(report)
 
 
-def _run(step: Callable[..., dict[str, Any]], subject: Subject, in_child: bool, timeout: float) -> dict[str, Any]:
+def _run(step: Callable[..., dict[str, Any]], subject: Subject, in_child: bool, timeout: float) -> ChildResult:
     """``step`` in a child (a warm worker inside ``warm_checks()``), or in this process."""
     if in_child:
-        return run_checked(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout)
+        return ChildResult.from_dict(run_checked(f"{step.__module__}:{step.__name__}", {"subject": subject}, timeout))
     known: dict[str, Any] = {}
     try:
         known.update(step({"subject": subject}, known.update))
     except Exception as exc:  # the function failed: a result to report, like the child's
-        known["child_error"] = {"message": f"{type(exc).__name__}: {exc}".splitlines()[0], "detail": ""}
-    return known
+        known["child_error"] = ChildError.raised(exc).to_dict()
+    return ChildResult.from_dict(known)
 
 
-def _report(name: str, raw: dict[str, Any], strict: bool) -> GuardReport:
-    trace = Trace.from_json(raw["trace"]) if "trace" in raw else None
+def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
+    trace = Trace.from_json(result.trace) if result.trace is not None else None
     findings = check(trace) if trace is not None else []
     recording_error = trace.meta.get("capture_error") if trace is not None else None
-    problem = raw["child_error"]["message"] if "child_error" in raw else None
-    if "replay" in raw:
-        replay = ReplayEvidence(**raw["replay"])
-    else:
+    problem = result.child_error.message if result.child_error is not None else None
+    replay = result.replay
+    if replay is None:
         stage = "the recording" if trace is None else "the replay"
         replay = ReplayEvidence(False, reason=f"{stage} did not finish" + (f": {problem}" if problem else ""))
     if trace is not None:
         replay.stochastic = random_ops(trace)
     verdict, doubt = judge(replay, recording_error, findings)
-    return GuardReport(target=name, mode=raw.get("mode", "none"), findings=findings, verdict=verdict,
+    return GuardReport(target=name, mode=result.mode or "none", findings=findings, verdict=verdict,
                        replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict)
 
 

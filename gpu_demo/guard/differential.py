@@ -2,14 +2,15 @@
 
 The checker reads a recording and *explains*; a replay *proves*. This module
 does the halves that need the device, in one process the guard starts (see
-``gpu_demo.protocol.child``, or a warm ``gpu_demo.protocol.worker``):
+``gpu_demo.guard.protocol.child``, or a warm ``gpu_demo.guard.protocol.worker``):
 ``check_in_child`` records (steps 1 and 4), checkpoints the recording, then
 replays (2, 3 and 5). The checkpoint is why one process is enough: a replay
 that faults kills only what comes after it, and the recording comes back. The
 recorder takes its hooks and patches off when it stops, so they cannot touch
 the replay. Only when the recorder's own capture failed (a failed capture can
 leave the stream or context unusable) does the replay run in a second, fresh
-process (``replay_in_child``, asked for by ``"replay_elsewhere"``).
+process (``replay_in_child``, asked for by ``ChildResult.replay_elsewhere``). Both
+sides read and write the answer as a ``gpu_demo.guard.protocol.child_result.ChildResult``.
 
 1. build the function and run it once eagerly on its example inputs: if that
    fails there is nothing to check (``EagerFailure``, a problem, not a hazard);
@@ -31,27 +32,30 @@ process (``replay_in_child``, asked for by ``"replay_elsewhere"``).
    replay starts from one reseeded generator state, so random ops draw the same
    numbers in both (``gpu_demo.guard.stochastic``);
 4. record a warm-up and a capture of the build of step 1 with
-   ``gpu_demo.record.recorder`` (no replay, so the recording cannot fault);
+   ``gpu_demo.guard.record.recorder`` (no replay, so the recording cannot fault);
 5. build the function again (the captured instance) and judge it by the one
-   capture -> replay -> compare protocol, ``gpu_demo.protocol.capture_replay``.
+   capture -> replay -> compare protocol, ``gpu_demo.guard.protocol.capture_replay``.
 
 On a machine without CUDA only steps 1 and 4 run, step 4 as the recorder's dry run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 import torch
 
+from gpu_demo.guard.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.child import Checkpoint
+from gpu_demo.guard.protocol.child_result import ChildResult
+from gpu_demo.guard.protocol.cuda_errors import one_line
+from gpu_demo.guard.protocol.metric import output_error, output_tensors
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import reseed
 from gpu_demo.guard.target import Built, TargetError, build, unpack
-from gpu_demo.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
-from gpu_demo.protocol.cuda_errors import one_line
-from gpu_demo.protocol.metric import output_error, output_tensors
-from gpu_demo.record.capture import record_capture
 from simlib.glossary import CORRECT, SILENT_WRONG
+from simlib.trace import Trace
 
 NO_CUDA = ("no CUDA device on this machine: only the static dry run ran (the recorder ran the function "
            "eagerly and once more as if capturing; nothing was captured or replayed)")
@@ -114,19 +118,26 @@ class Subject:
         return [t.detach().to(device).clone() for t in examples]
 
 
-def check_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Every step in one process (``gpu_demo.protocol.child`` entry; also run in-process and in a
+def check_in_child(payload: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
+    """Every step in one process (``gpu_demo.guard.protocol.child`` entry; also run in-process and in a
     warm worker): the recording, checkpointed, then the replay (module docstring)."""
-    recorded = record_in_child(payload, checkpoint)
-    checkpoint(recorded)
-    if torch.cuda.is_available() and "capture_error" in recorded["trace_meta"]:
-        return {**recorded, "replay_elsewhere": True, "retire": True}
-    return {**recorded, **replay_in_child(payload, checkpoint)}
-
-
-def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Steps 1 and 4: the eager check and the recording."""
     subject: Subject = payload["subject"]
+    trace, mode = _record(subject)
+    recorded = ChildResult(mode=mode, trace=trace.to_json())
+    checkpoint(recorded.to_dict())
+    if torch.cuda.is_available() and "capture_error" in trace.meta:
+        return replace(recorded, replay_elsewhere=True, retire=True).to_dict()
+    return recorded.then(_replay(subject)).to_dict()
+
+
+def replay_in_child(payload: dict[str, Any], checkpoint: Checkpoint) -> dict[str, Any]:
+    """Steps 2, 3 and 5 alone: the ``gpu_demo.guard.protocol.child`` entry of a second process,
+    when the recording's capture failed."""
+    return _replay(payload["subject"]).to_dict()
+
+
+def _record(subject: Subject) -> tuple[Trace, str]:
+    """Steps 1 and 4: the eager check and the recording; the trace and where it ran."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with torch.no_grad():
         built = subject.build(device)
@@ -141,16 +152,13 @@ def record_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any
         if not output_tensors(out):
             raise TargetError(f"{subject.name} {NO_TENSOR_OUTPUT}")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})
-    return {"mode": "cuda" if device.type == "cuda" else "dry_run", "trace": trace.to_json(),
-            "trace_meta": {k: v for k, v in trace.meta.items() if k == "capture_error"}}
+    return trace, "cuda" if device.type == "cuda" else "dry_run"
 
 
-def replay_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Steps 2, 3 and 5: references, capture and replays (``gpu_demo.protocol.child`` entry of its own
-    when the recording's capture failed; needs CUDA to replay)."""
+def _replay(subject: Subject) -> ChildResult:
+    """Steps 2, 3 and 5: references, capture and replays (needs CUDA to replay)."""
     if not torch.cuda.is_available():
-        return {"replay": ReplayEvidence(False, reason=NO_CUDA).to_dict()}
-    subject: Subject = payload["subject"]
+        return ChildResult(replay=ReplayEvidence(False, reason=NO_CUDA))
     device = torch.device("cuda")
     with torch.no_grad():
         built = subject.build(device)
@@ -160,7 +168,7 @@ def replay_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any
                                       before_replay=lambda i: reseed(_rng_seed(subject)))
     evidence.reference_spread = spread
     # A fault or a failed capture may leave the context unusable: a warm worker must not go on in it.
-    return {"replay": evidence.to_dict(), "retire": evidence.outcome not in (CORRECT, SILENT_WRONG)}
+    return ChildResult(replay=evidence, retire=evidence.outcome not in (CORRECT, SILENT_WRONG))
 
 
 def _rng_seed(subject: Subject) -> int:

@@ -45,12 +45,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.cuda_errors import one_line
-from gpu_demo.record.call_site import user_stacklevel
-from gpu_demo.record.cuda_device import Device
-from gpu_demo.record.naming import renamed_text
-from gpu_demo.record.recorder import CaptureRecorder
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.cuda_errors import one_line
+from gpu_demo.guard.record.call_site import user_stacklevel
+from gpu_demo.guard.record.cuda_device import Device
+from gpu_demo.guard.record.naming import renamed_text
+from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.checker import Finding, IncrementalChecker, format_report
 from simlib.checker.incremental import WINDOW
 from simlib.trace import Capture, Replay

@@ -4,7 +4,7 @@ Enable it with ``pytest -p gpu_demo.guard.pytest_plugin`` or, in a ``conftest.py
 ``pytest_plugins = ["gpu_demo.guard.pytest_plugin"]``. The first check of the
 session starts the worker (importing torch and your modules, initialising
 CUDA); every later ``check_capture`` / ``assert_capture_safe`` reuses it
-(``gpu_demo.protocol.worker``). A check that faults retires the worker, and the
+(``gpu_demo.guard.protocol.worker``). A check that faults retires the worker, and the
 next check starts a fresh one, so one bad layer cannot spoil the next test.
 """
 
@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from gpu_demo.protocol.worker import Worker, warm_checks
+from gpu_demo.guard.protocol.worker import Worker, warm_checks
 
 
 @pytest.fixture(scope="session", autouse=True)

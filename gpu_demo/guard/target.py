@@ -72,7 +72,7 @@ def load(spec: str) -> Any:
     """The object ``"module:attr.path"`` names."""
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
-        raise TargetError(f"{spec!r} is not 'module:callable' (for example 'gpu_demo.corpus.safe_dual_stream:make')")
+        raise TargetError(f"{spec!r} is not 'module:callable' (for example 'gpu_demo.lab.corpus.safe_dual_stream:make')")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -1,8 +1,13 @@
-"""The classroom GPU lab: write a dual-stream layer in plain PyTorch, then let the guard judge it.
+"""The lab around the guard: the incident for real on a GPU, and everything that measures the guard.
 
-``my_layer.py``           the student's file: a layer with a TODO body and the instructions
-``my_layer_solution.py``  a worked solution, with why
-``test_my_layer.py``      the check as a test (``pytest gpu_demo/lab/test_my_layer.py``)
+``moe/``          the dual-stream MoE of the incident: model, kernels, harness, decode
+``distributed/``  that MoE tensor-parallel over torchrun's ranks
+``corpus/``       small plain-PyTorch programs, hazardous and safe, and the runner of their GPU truth
+``zoo/``          small random-weight timm and Hugging Face models the guard must pass
+``measure/``      benchmarks, calibration, the recorder's overhead, conformance, provenance
+``cli/``          the command lines (``python -m gpu_demo``, ``torchrun ... -m gpu_demo.distributed``)
+``exercise/``     the tutorial's GPU exercise: a layer to write, judged by the guard
+``results/``      the results recorded on real GPUs, read with json alone (no torch)
 
-The instructor's notes are in ``docs/gpu-lab.md``.
+The lab stands on the guard (``gpu_demo.guard``); the guard never reaches into the lab.
 """

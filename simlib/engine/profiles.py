@@ -2,7 +2,7 @@
 
 ``H200`` holds the values ``python -m gpu_demo bench`` read off an NVIDIA H200
 (driver 580.159.04, CUDA 13.0, torch 2.11.0, Triton 3.6.0) on 2026-11-29,
-committed in ``gpu_demo/results/calibration-h200.json`` and
+committed in ``gpu_demo/lab/results/calibration-h200.json`` and
 ``bench-h200.json``; ``tests/gpu_demo/measure/test_fidelity.py`` keeps the two in step.
 Where the real module and the simulated program split a role into different
 numbers of kernels, the role's measured total is divided evenly over the
@@ -10,7 +10,7 @@ simulated kernels, so each role costs what it costs on the GPU.
 
 An eager forward's time is host time per op, which a profile of kernel
 parameters cannot hold: ``simlib.programs.eager_program`` replays the real module's
-ops at the costs recorded in ``gpu_demo/results/host-costs-h200.json``.
+ops at the costs recorded in ``gpu_demo/lab/results/host-costs-h200.json``.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ H200 = Profile(
         # Not measured: eager-only work keeps the generic values.
         "copy": 2.0, "fill": 1.5, "other": 3.0,
     },
-    source="gpu_demo/results/calibration-h200.json (NVIDIA H200, 2026-11-29)",
+    source="gpu_demo/lab/results/calibration-h200.json (NVIDIA H200, 2026-11-29)",
 )
 
 PROFILES = {"generic": Profile(), "H200": H200}

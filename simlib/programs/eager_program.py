@@ -75,7 +75,7 @@ class HostCosts:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "") -> "HostCosts":
-        """Read the ``host-costs-<gpu>.json`` layout (``gpu_demo/results/README.md``)."""
+        """Read the ``host-costs-<gpu>.json`` layout (``gpu_demo/lab/results/README.md``)."""
         try:
             return cls(
                 dispatch_us={kind: float(k["dispatch_us"]) for kind, k in data["kinds"].items()},

@@ -5,7 +5,7 @@ On a CUDA machine ``python -m gpu_demo run --matrix`` writes ``matrix-h200.json`
 ``gpu_demo.measure.conformance``), and ``python -m gpu_demo corpus`` writes
 ``corpus-h200.json`` (read by the incident gallery: each case's PyTorch twin is
 a corpus program of the same name). The caller says where a file is (a notebook
-passes ``gpu_demo.results.path("matrix-h200")``): simlib knows no folder of
+passes ``gpu_demo.lab.results.path("matrix-h200")``): simlib knows no folder of
 gpu_demo's, and needs neither torch nor gpu_demo to compare the simulator with a GPU.
 """
 

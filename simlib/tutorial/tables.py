@@ -62,7 +62,7 @@ def gpu_table(path: Path) -> str:
     lines = [f"{key:<13} {prov[key]}" for key in
              ("gpu", "driver", "cuda_runtime", "torch", "triton", "date_utc", "command")
              if prov.get(key)]
-    lines.append(f"{'file':<13} {'/'.join(path.parts[-3:])}")   # gpu_demo/results/matrix-h200.json
+    lines.append(f"{'file':<13} {'/'.join(path.parts[-3:])}")   # gpu_demo/lab/results/matrix-h200.json
     rows = [("shared expert consumes x", *(_ORDER_WORDS[o] for o in ORDERS))]
     agree, differ, races = 0, [], []
     for mode in SHARED_MODES:

@@ -21,8 +21,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from gpu_demo.record.cuda_device import Device
-from gpu_demo.record.recorder import CaptureRecorder
+from gpu_demo.guard.record.cuda_device import Device
+from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.trace import Launch, Trace
 
 DEFAULT, CAPTURE, ALT, ALT2, SIDE = 0, 5000, 11000, 12000, 13000   # raw cudaStream_t ids
@@ -30,7 +30,7 @@ DEFAULT, CAPTURE, ALT, ALT2, SIDE = 0, 5000, 11000, 12000, 13000   # raw cudaStr
 
 def _report(registry: str) -> Callable[..., None]:
     """One ``torch.cuda._gpu_trace`` report, made as torch's C++ makes it: look up
-    ``fire_callbacks`` on the registry object and call it (``gpu_demo.record.hooks`` routes it)."""
+    ``fire_callbacks`` on the registry object and call it (``gpu_demo.guard.record.hooks`` routes it)."""
     def fire(*args: int) -> None:
         getattr(_gpu_trace, registry).fire_callbacks(*args)
     return fire

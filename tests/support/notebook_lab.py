@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_demo import results
+from gpu_demo.lab import results
 from simlib.tutorial.lab import H200, workbook
 
 RECORDED = H200.read(results.path("matrix-h200"), results.path("bench-h200"))

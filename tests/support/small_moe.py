@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_demo.moe.record import record_moe
-from gpu_demo.moe.settings import RunSettings
+from gpu_demo.lab.moe.recording import record_moe
+from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import check
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Launch, Trace

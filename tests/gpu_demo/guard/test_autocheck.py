@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 from gpu_fakes import ALT, FakeGraph, cuda_graph, fake_graph_methods, fork, join, streams  # noqa: E402
 
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
-from gpu_demo.autocheck import main, mode_from  # noqa: E402
-from gpu_demo.record import patches  # noqa: E402
+from gpu_demo.guard.autocheck import main, mode_from  # noqa: E402
+from gpu_demo.guard.record import patches  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -119,7 +119,7 @@ def test_the_environment_variable_picks_the_mode():
 # capture by hand on the process-wide recorder, then uses a tensor it disposed.
 PROGRAM = """
 import sys, torch
-from gpu_demo import autocheck
+from gpu_demo.guard import autocheck
 checker = autocheck.process_checker()
 print("argv", sys.argv[1:], "checking", checker is not None)
 if checker is not None:
@@ -209,8 +209,8 @@ def test_a_built_wheel_puts_the_pth_at_the_top_of_site_packages(tmp_path):
 GPU_PROGRAM = """
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
-from gpu_demo import autocheck
-from gpu_demo.corpus import {program} as program
+from gpu_demo.guard import autocheck
+from gpu_demo.lab.corpus import {program} as program
 
 layer, inputs = program.make(torch.device("cuda"), torch.bfloat16)
 side = torch.cuda.Stream()

@@ -14,17 +14,17 @@ import os
 import pytest
 import torch
 
-from gpu_demo.cli.main import main
 from gpu_demo.guard.check import CaptureNotChecked, CaptureNotSafe, GuardReport, assert_capture_safe, check_capture, judge
 from gpu_demo.guard.differential import Subject
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.capture_replay import ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.metric import output_error
+from gpu_demo.guard.protocol.tolerance import tolerance_for
 from gpu_demo.guard.target import TargetError, build, factory_call, load, portable
-from gpu_demo.moe.model import MoEStack
-from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.capture_replay import ReplayEvidence, fresh_like, replay_and_compare
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.metric import output_error
-from gpu_demo.protocol.tolerance import tolerance_for
+from gpu_demo.lab.cli.main import main
+from gpu_demo.lab.moe.model import MoEStack
+from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import ERROR, WARNING, Finding, check
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Trace
@@ -84,8 +84,8 @@ def child_raises(payload, checkpoint):
 @pytest.mark.parametrize("spec, message", [
     ("no_colon", "is not 'module:callable'"),
     ("gpu_demo.no_such_module:make", "cannot import module"),
-    ("gpu_demo.corpus:no_such_name", "has no 'no_such_name'"),
-    ("gpu_demo.corpus:PROGRAMS", "not a callable"),
+    ("gpu_demo.lab.corpus:no_such_name", "has no 'no_such_name'"),
+    ("gpu_demo.lab.corpus:PROGRAMS", "not a callable"),
 ])
 def test_a_bad_target_string_says_what_is_wrong(spec, message):
     with pytest.raises(TargetError, match=message):
@@ -118,7 +118,7 @@ def test_a_lambda_a_closure_and_a_script_function_travel_by_value():
 
 def test_module_level_targets_travel_by_reference_and_strings_as_they_are():
     assert build(portable(double), torch.device("cpu"), torch.float32, 0).fn is double
-    assert portable("gpu_demo.corpus.safe_dual_stream:make") == "gpu_demo.corpus.safe_dual_stream:make"
+    assert portable("gpu_demo.lab.corpus.safe_dual_stream:make") == "gpu_demo.lab.corpus.safe_dual_stream:make"
 
 
 def test_a_factory_builds_a_new_instance_each_time_under_one_seed():
@@ -321,7 +321,7 @@ def test_bad_arguments_get_clear_errors(call, error):
 
 
 def test_a_function_that_fails_eagerly_is_reported_not_raised():
-    report = check_capture("gpu_demo.corpus.safe_single_stream:make", torch.randn(3, 7))  # wrong width
+    report = check_capture("gpu_demo.lab.corpus.safe_single_stream:make", torch.randn(3, 7))  # wrong width
     assert "fails when run eagerly" in report.problem and not report.passed
     assert "could not check" in report.format()
 
@@ -365,19 +365,19 @@ def test_check_exits_1_on_a_hazard_and_writes_json_with_provenance(tmp_path, cap
 
 
 def test_check_of_a_safe_factory_exits_0_on_a_gpu_and_4_on_a_cpu_saying_so_first(capsys):
-    code = main(["check", "gpu_demo.corpus.safe_dual_stream:make"])
+    code = main(["check", "gpu_demo.lab.corpus.safe_dual_stream:make"])
     first = capsys.readouterr().out.splitlines()[0]
     if torch.cuda.is_available():
-        assert code == 0 and first.startswith("gpu_demo.corpus.safe_dual_stream:make: passed")
+        assert code == 0 and first.startswith("gpu_demo.lab.corpus.safe_dual_stream:make: passed")
     else:
-        assert code == 4 and first.startswith("gpu_demo.corpus.safe_dual_stream:make: NOT CHECKED ON A GPU")
+        assert code == 4 and first.startswith("gpu_demo.lab.corpus.safe_dual_stream:make: NOT CHECKED ON A GPU")
 
 
 @no_cuda
 def test_check_of_a_triton_program_on_a_cpu_could_not_check_and_exits_3(capsys):
-    code = main(["check", "gpu_demo.corpus.routed_first_set_empty_triton:make"])
+    code = main(["check", "gpu_demo.lab.corpus.routed_first_set_empty_triton:make"])
     out = capsys.readouterr().out
-    assert code == 3 and out.startswith("gpu_demo.corpus.routed_first_set_empty_triton:make: could not check")
+    assert code == 3 and out.startswith("gpu_demo.lab.corpus.routed_first_set_empty_triton:make: could not check")
     assert "it needs CUDA: check it on a GPU" in out and "NOT capture-safe" not in out
 
 
@@ -416,7 +416,7 @@ def one_layer(h: torch.Tensor) -> torch.Tensor:
     """A plain function over one module-level layer instance: reference and capture share its
     static output buffer."""
     if "layer" not in _layer:
-        from gpu_demo.corpus import routed_first_set_empty_shape_guard as program
+        from gpu_demo.lab.corpus import routed_first_set_empty_shape_guard as program
 
         _layer["layer"], _ = program.make(h.device, h.dtype)
     return _layer["layer"](h)
@@ -431,7 +431,7 @@ def one_layer(h: torch.Tensor) -> torch.Tensor:
     ("fix_skip_dispose_in_capture", "correct"),
 ])
 def test_the_guard_on_a_gpu_proves_what_the_device_does(program, verdict):
-    report = check_capture(f"gpu_demo.corpus.{program}:make")
+    report = check_capture(f"gpu_demo.lab.corpus.{program}:make")
     assert report.mode == "cuda" and report.replay.ran
     assert report.verdict == verdict, report.format()
     assert report.passed == (verdict == "correct")
@@ -448,22 +448,22 @@ def test_an_eager_reference_sharing_the_static_buffer_cannot_repair_the_replay()
 # -- the GPU lab ------------------------------------------------------------------------------
 
 def test_the_lab_layer_builds_and_runs_eagerly_and_its_todo_says_what_to_do():
-    from gpu_demo.lab import my_layer
+    from gpu_demo.lab.exercise import my_layer
 
     layer, (h,) = my_layer.make(torch.device("cpu"), torch.float32)
     assert layer(h.clone()).shape == h.shape
-    with pytest.raises(NotImplementedError, match="python -m gpu_demo check gpu_demo.lab.my_layer:make"):
+    with pytest.raises(NotImplementedError, match="python -m gpu_demo check gpu_demo.lab.exercise.my_layer:make"):
         layer.forward_dual_stream(h)
 
 
 def test_the_lab_solution_passes_strictly_and_the_student_file_is_reported_honestly():
-    solution = check_capture("gpu_demo.lab.my_layer_solution:make", strict=True)
+    solution = check_capture("gpu_demo.lab.exercise.my_layer_solution:make", strict=True)
     assert solution.answer == ("passed" if torch.cuda.is_available() else "NOT CHECKED ON A GPU"), solution.format()
     if torch.cuda.is_available():
         assert solution.verdict == "correct"
-        assert check_capture("gpu_demo.lab.my_layer:make").verdict == "capture_error:NotImplementedError"
+        assert check_capture("gpu_demo.lab.exercise.my_layer:make").verdict == "capture_error:NotImplementedError"
     else:
-        assert "dry run" in check_capture("gpu_demo.lab.my_layer:make").format()
+        assert "dry run" in check_capture("gpu_demo.lab.exercise.my_layer:make").format()
 
 
 @pytest.mark.parametrize("where", ["under_a_file", "/proc/nope/report.json"])

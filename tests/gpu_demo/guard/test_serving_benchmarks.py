@@ -60,8 +60,8 @@ class EagerGraph:
 
 
 def cpu_server(serving: ModuleType, sizes: tuple[int, ...], calls: list[int], replayed: list[int]):  # noqa: ANN201
-    from gpu_demo.measure.stacks import plain_stack
-    from gpu_demo.moe.settings import RunSettings
+    from gpu_demo.lab.measure.overhead_stacks import plain_stack
+    from gpu_demo.lab.moe.settings import RunSettings
 
     stack, (example,) = plain_stack(1, RunSettings(device="cpu", dtype="float32"))
 

@@ -79,7 +79,7 @@ SCRIPT = textwrap.dedent("""
     from gpu_demo import check_capture
     from gpu_demo.guard.differential import Subject
     from gpu_demo.guard.target import portable
-    from gpu_demo.protocol.child import run_in_child
+    from gpu_demo.guard.protocol.child import run_in_child
 
     def f(x):
         return torch.relu(x) * 2
@@ -96,7 +96,7 @@ SCRIPT = textwrap.dedent("""
     # A child process rebuilds the __main__ closure from its bytes (what the GPU path relies on).
     subject = Subject(target=portable(scaled(3.0)), name="closure", inputs=(torch.ones(2, 4),),
                       dtype=torch.float32, replays=1)
-    done = run_in_child("gpu_demo.guard.differential:record_in_child", {"subject": subject}, 120)
+    done = run_in_child("gpu_demo.guard.differential:check_in_child", {"subject": subject}, 120)
     print("child", done.get("mode"), done.get("child_error"))
 """)
 

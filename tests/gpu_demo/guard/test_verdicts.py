@@ -10,12 +10,14 @@ import torch
 from gpu_demo.guard import differential
 from gpu_demo.guard.check import GuardReport, _report, check_capture, judge
 from gpu_demo.guard.differential import Subject, describe
+from gpu_demo.guard.protocol import capture_replay
+from gpu_demo.guard.protocol.capture_replay import ReplayEvidence, replay_and_compare
+from gpu_demo.guard.protocol.child import ChildError
+from gpu_demo.guard.protocol.child_result import ChildResult
+from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import is_random, random_ops, reseed
-from gpu_demo.moe.model import MoEStack
-from gpu_demo.moe.settings import RunSettings
-from gpu_demo.protocol import capture_replay
-from gpu_demo.protocol.capture_replay import ReplayEvidence, replay_and_compare
-from gpu_demo.record.capture import record_capture
+from gpu_demo.lab.moe.model import MoEStack
+from gpu_demo.lab.moe.settings import RunSettings
 from simlib.checker import WARNING, Finding
 from simlib.programs.spec import MoEConfig
 
@@ -181,9 +183,8 @@ def incident() -> MoEStack:
 @pytest.mark.parametrize("hazard, answer", [(True, "NOT capture-safe"), (False, "could not check")])
 def test_a_child_that_dies_in_the_replay_still_reports_what_the_recording_showed(hazard, answer):
     trace = record_capture(incident() if hazard else torch.neg, [torch.randn(4, 32)], replays=0)
-    raw = {"mode": "cuda", "trace": trace.to_json(),
-           "child_error": {"message": "Fatal Python error: Segmentation fault", "detail": ""}}
-    report = _report("t:f", raw, strict=False)
+    died = ChildResult(mode="cuda", trace=trace.to_json(), child_error=ChildError("Fatal Python error: Segmentation fault"))
+    report = _report("t:f", died, strict=False)
     assert report.answer == answer and report.replay.reason.startswith("the replay did not finish")
     assert ("host_mutation" in report.codes) is hazard
 
@@ -191,7 +192,7 @@ def test_a_child_that_dies_in_the_replay_still_reports_what_the_recording_showed
 def test_the_values_shown_start_where_graph_and_eager_differ_not_at_the_leading_values_that_agree():
     import torch
 
-    from gpu_demo.protocol.capture_replay import first_values
+    from gpu_demo.guard.protocol.capture_replay import first_values
     want = torch.arange(10.0)
     got = want.clone()
     got[6] = -1.0

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from gpu_demo.guard.check import check_capture
-from gpu_demo.protocol.child import run_in_child
-from gpu_demo.protocol.worker import Worker, run_checked, warm_checks
+from gpu_demo.guard.protocol.child import run_in_child
+from gpu_demo.guard.protocol.worker import Worker, run_checked, warm_checks
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -68,7 +68,7 @@ def test_a_worker_answers_what_a_fresh_child_answers():
 
 PLUGGED = textwrap.dedent("""
     import os
-    from gpu_demo.protocol.worker import run_checked
+    from gpu_demo.guard.protocol.worker import run_checked
 
     def test_a(capture_check_worker):
         run_checked("tests.gpu_demo.guard.test_worker:child_pid", {"n": 1}, 120)
@@ -92,10 +92,10 @@ def test_the_pytest_plugin_keeps_one_worker_for_the_session(tmp_path):
 @pytest.mark.gpu
 def test_checks_in_a_session_share_one_warm_worker_and_a_fault_retires_it():
     with warm_checks() as worker:
-        safe = [check_capture("gpu_demo.corpus.safe_single_stream:make") for _ in range(2)]
+        safe = [check_capture("gpu_demo.lab.corpus.safe_single_stream:make") for _ in range(2)]
         assert worker.started == 1
-        faulted = check_capture("gpu_demo.corpus.routed_first_set_empty_triton:make")
-        after = check_capture("gpu_demo.corpus.safe_single_stream:make")
+        faulted = check_capture("gpu_demo.lab.corpus.routed_first_set_empty_triton:make")
+        after = check_capture("gpu_demo.lab.corpus.safe_single_stream:make")
     assert all(r.passed for r in safe), safe[0].format()
     assert faulted.verdict == "illegal_address" and after.passed and worker.started == 2
     assert torch.ones(1, device="cuda").sum().item() == 1.0  # the fault stayed in the worker

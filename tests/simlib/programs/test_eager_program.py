@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpu_demo import results
+from gpu_demo.lab import results
 from simlib.engine.timing import Profile
 from simlib.programs.eager_program import RECORD_COMMAND, EagerOp, HostCosts, eager_forward_us, load, run_eager
 from simlib.programs.spec import MoEConfig
@@ -111,13 +111,13 @@ def test_the_recorded_forward_launches_the_kernels_a_graph_replay_runs():
 
 
 def eager_row(**paths):
-    from gpu_demo.measure import prediction
+    from gpu_demo.lab.measure import prediction
 
     return next(r for r in prediction.predictions(**paths) if r.variant == "eager")
 
 
 def test_eager_time_is_predicted_within_15_percent_of_the_same_runs_measurement():
-    from gpu_demo.measure import prediction
+    from gpu_demo.lab.measure import prediction
 
     row = eager_row()
     assert row.within_target, prediction.format_table([row])
@@ -136,7 +136,7 @@ def test_the_eager_prediction_is_made_from_the_committed_host_costs(tmp_path):
 
 
 def test_the_table_states_the_graph_speedup_over_eager():
-    from gpu_demo.measure import prediction
+    from gpu_demo.lab.measure import prediction
 
     text = prediction.format_table(prediction.predictions())
     assert "faster than the same forward run eagerly" in text

@@ -8,7 +8,7 @@ import pytest
 from simlib.glossary import CORRECT, SILENT_WRONG, term
 from simlib.programs.gallery import CASES, READ_AT_ONCE, READ_LATER, case, shared_pool_what_if
 
-CORPUS_NAMES = {  # the names of the PyTorch twins in gpu_demo/corpus, as the brief lists them
+CORPUS_NAMES = {  # the names of the PyTorch twins in gpu_demo/lab/corpus, as the brief lists them
     "host_scalar_frozen", "fix_host_scalar_in_tensor", "input_rebuilt_each_call", "fix_input_copied_to_static",
     "workspace_resized_under_graph", "fix_workspace_sized_once", "workspace_freed_in_capture",
     "fix_workspace_kept_alive", "shared_pool_clobber", "fix_shared_pool_output_copied", "lazy_cache_in_capture",

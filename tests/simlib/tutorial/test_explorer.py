@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpu_demo import results
+from gpu_demo.lab import results
 from simlib.glossary import UNORDERED_MEANS
 from simlib.programs.spec import MoEConfig
 from simlib.trace import Capture, Mutation

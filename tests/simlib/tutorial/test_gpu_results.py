@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from gpu_demo import results as recorded
+from gpu_demo.lab import results as recorded
 from simlib.tutorial.gpu_results import NOT_RUN, describe_twin, load_corpus_results
 
 

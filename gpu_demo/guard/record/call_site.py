@@ -1,0 +1,78 @@
+"""Where the user's code issued an op: ``"file:line"`` of the innermost user frame (``Launch.site``).
+
+The frozen-value rules line launches of one call up with the same launches of
+another call by site, so a site must be the user's line, not torch's
+(``torch/nn/functional.py``, a module's ``_call_impl``), the standard
+library's (``contextlib``) or the recorder's own. Each code object is judged
+once (a dict look-up per frame after that): a launch costs a walk of the few
+frames between the dispatcher and the user's line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from types import CodeType
+
+import torch
+
+_GUARD = Path(__file__).resolve().parents[1]
+# Frames that are never the user's: torch, Triton, the standard library, and the guard's
+# room (the recorder and what runs a check: the checks, the capture-replay protocol).
+_NOT_USER = tuple(str(p) + os.sep for p in (
+    Path(torch.__file__).resolve().parent, Path(sysconfig.get_paths()["stdlib"]).resolve(), _GUARD))
+_NOT_USER_PARTS = (f"{os.sep}triton{os.sep}", "<frozen ")
+UNKNOWN = ""
+
+_files: dict[CodeType, str | None] = {}   # code object -> its shown file name, None: not the user's
+
+
+def _shown(code: CodeType) -> str | None:
+    """The file name a site shows for ``code`` (relative to the working directory when
+    under it), or ``None`` when ``code`` is library code."""
+    name = code.co_filename
+    try:
+        path = str(Path(name).resolve())
+    except (OSError, ValueError):
+        path = name
+    if path.startswith(_NOT_USER) or any(part in path for part in _NOT_USER_PARTS):
+        return None
+    cwd = os.getcwd() + os.sep
+    return path[len(cwd):] if path.startswith(cwd) else path
+
+
+def user_site(skip: int = 1) -> str:
+    """``"file:line"`` of the innermost frame above the caller (``skip`` frames up) that is
+    the user's, or ``""`` when every frame is library code, or there is none: an op the
+    autograd engine runs on its own thread (a CUDA backward) has no Python frame above the
+    recorder's."""
+    try:
+        frame = sys._getframe(skip + 1)
+    except ValueError:   # the stack is not that deep
+        return UNKNOWN
+    files = _files
+    while frame is not None:
+        code = frame.f_code
+        try:
+            shown = files[code]
+        except KeyError:
+            shown = files[code] = _shown(code)
+        if shown is not None:
+            return f"{shown}:{frame.f_lineno}"
+        frame = frame.f_back
+    return UNKNOWN
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` in the caller that names the innermost user
+    frame above it (the line that ended a capture or replayed a graph); 1 when there is none."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None:
+        code = frame.f_code
+        shown = _files[code] if code in _files else _files.setdefault(code, _shown(code))
+        if shown is not None:
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1

@@ -1,0 +1,113 @@
+"""Standing aside once a program serves: record only the calls that touch memory a rule follows.
+
+Once a server has captured its graphs and serves, most of its eager work can
+matter to no rule: sampling from a copied-out output, building the next batch.
+What can matter touches graph memory: a read of a graph's live result (another
+graph's replay may have clobbered it), a write into what a graph not yet
+replayed reads (its static inputs, named at its first replay), a free of a
+block a graph uses. A Python dispatch mode costs every op (about twice a small
+op's own cost), so the recorder leaves the dispatch stack and this
+``TorchFunctionMode`` stands at the bottom of the torch-function stack
+instead: each Python-level call (``out.clone()``, ``static.copy_(x)``,
+``torch.stack(outs)``) is checked against the watched ranges by its tensors'
+pointers, and only a call that touches one runs with the recorder back on the
+dispatch stack, recorded op by op. Frees are judged by the allocator's report
+alone (``Ranges.touches``), without any mode.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from gpu_demo.guard.record import tensor_reads
+
+_data_ptr, _numel, _itemsize = tensor_reads.data_ptr, tensor_reads.numel, tensor_reads.itemsize
+_Tensor = torch.Tensor
+_GETTER = type(_Tensor.shape.__get__)   # what a property read (``x.shape``, ``x.dtype``) reaches the mode as
+# Calls that read a tensor's metadata, never its memory: they pass at once (models make many).
+_METADATA = frozenset(getattr(_Tensor, name) for name in (
+    "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset", "element_size", "data_ptr",
+    "is_contiguous", "is_floating_point", "is_complex", "get_device", "__len__"))
+
+
+class Ranges:
+    """Address ranges ``[lo, hi)``, merged, asked whether a span overlaps one of them."""
+
+    def __init__(self, spans: Iterable[tuple[int, int]] = ()) -> None:
+        merged: list[list[int]] = []
+        for lo, hi in sorted((lo, max(hi, lo + 1)) for lo, hi in spans):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self.los = [lo for lo, _ in merged]
+        self.his = [hi for _, hi in merged]
+
+    def __bool__(self) -> bool:
+        return bool(self.los)
+
+    def touches(self, ptr: int, nbytes: int) -> bool:
+        i = bisect.bisect_left(self.los, ptr + max(nbytes, 1)) - 1
+        return i >= 0 and self.his[i] > ptr
+
+
+class MemoryWatch(TorchFunctionMode):
+    """Runs each call through ``record`` when one of its tensors lies on watched memory."""
+
+    def __init__(self, record: Callable[[Callable[..., Any], tuple, dict], Any]) -> None:
+        super().__init__()
+        self.ranges = Ranges()
+        self._record = record
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
+        kwargs = kwargs or {}
+        if type(func) is _GETTER or func in _METADATA:
+            return func(*args, **kwargs)
+        if self.ranges and (self._touched(args) or (kwargs and self._touched(kwargs.values()))):
+            return self._record(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def touched(self, named: Iterable[tuple[str, Any]]) -> bool:
+        """Does one of a raw kernel's ``(name, value)`` arguments lie on watched memory?"""
+        return bool(self.ranges) and self._touched(value for _, value in named)
+
+    def _touched(self, values: Iterable[Any]) -> bool:
+        ranges = self.ranges
+        for v in values:
+            if isinstance(v, _Tensor):
+                if _on(ranges, v):
+                    return True
+            elif type(v) is list or type(v) is tuple:
+                for t in v:
+                    if isinstance(t, _Tensor) and _on(ranges, t):
+                        return True
+        return False
+
+
+def _on(ranges: Ranges, t: torch.Tensor) -> bool:
+    try:
+        ptr = _data_ptr(t)
+    except RuntimeError:   # no storage (a tracing tensor): no memory to watch
+        return False
+    return ptr != 0 and ranges.touches(ptr, _numel(t) * _itemsize(t))
+
+
+def install_at_bottom(mode: TorchFunctionMode) -> None:
+    """Put ``mode`` under every torch-function mode now active: modes the program entered stay
+    above it and leave in their own order."""
+    _restack(lambda modes: [mode, *modes])
+
+
+def uninstall(mode: TorchFunctionMode) -> None:
+    """Take ``mode`` out of the torch-function stack, wherever it stands (the recording ended)."""
+    _restack(lambda modes: [m for m in modes if m is not mode])
+
+
+def _restack(change: Callable[[list[TorchFunctionMode]], list[TorchFunctionMode]]) -> None:
+    modes = [torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())][::-1]
+    for m in change(modes):
+        torch._C._push_on_torch_function_stack(m)

@@ -1,0 +1,3 @@
+"""The command lines. ``python -m gpu_demo COMMAND``: ``main`` (run, bench, decode, record, fidelity),
+``check`` (check, corpus, recorder-overhead), ``common`` (what they share); ``torchrun`` (``torchrun ...
+-m gpu_demo.distributed run | check``)."""

@@ -1,9 +1,0 @@
-"""The protocol every real run follows, shared by the guard, the demo and the measurements.
-
-``capture_replay``: warm up, capture, replay with fresh inputs, compare with an
-eager reference; ``metric``: the one error metric; ``tolerance``: how close is
-correct, per dtype; ``cuda_errors``: PyTorch's CUDA errors as outcome words;
-``child``: one function in a fresh process, so a device fault cannot kill the
-caller; ``worker``: the same in one warm process kept for many calls
-(``warm_checks()``). Imports nothing else from ``gpu_demo``.
-"""
