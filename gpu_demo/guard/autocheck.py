@@ -12,6 +12,7 @@ restored the current stream). The first form works where the package's
 puts it there, and so does ``make`` for its ``.venv``; an editable install
 alone (``pip install -e .``, the conda environment) does not, so there use
 ``python -m gpu_demo.autocheck``, which works everywhere the package imports.
+What the .pth runs at start-up is ``gpu_demo.guard.startup``: it imports nothing heavy.
 
 The checking itself is ``gpu_demo.guard.process`` (``check_process``, and
 ``capture_checked()`` for one block of a test or a script).
@@ -26,42 +27,12 @@ import sys
 import traceback
 import types
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
-from gpu_demo.guard.process import CaptureChecker, check_process, process_checker
+from gpu_demo.guard.process import check_process, process_checker
+from gpu_demo.guard.startup import check_process_from_env, mode_from
 
-ENV = "CAPTURE_ORDER_CHECK"
-ENV_MODES = {"1": "warn", "warn": "warn", "strict": "raise"}
-_env_read = False
-
-
-def mode_from(environ: Mapping[str, str]) -> str | None:
-    """``warn``, ``raise`` or ``None`` (off) for ``CAPTURE_ORDER_CHECK`` in ``environ``."""
-    value = environ.get(ENV, "").strip().lower()
-    if value in ("", "0"):
-        return None
-    if value not in ENV_MODES:
-        raise ValueError(f"{ENV}={value!r} is not one of {', '.join(ENV_MODES)} (or 0 for off)")
-    return ENV_MODES[value]
-
-
-def check_process_from_env(environ: Mapping[str, str] = os.environ) -> CaptureChecker | None:
-    """Start whole-process checking if ``CAPTURE_ORDER_CHECK`` asks for it (the .pth calls this).
-
-    Python can run the .pth twice (a venv's ``lib64`` links to ``lib``): the second call
-    only returns what the first started.
-    """
-    global _env_read
-    if _env_read:
-        return process_checker()
-    _env_read = True
-    try:
-        mode = mode_from(environ)
-    except ValueError as exc:
-        print(f"capture-order check is off: {exc}", file=sys.stderr)
-        return None
-    return None if mode is None else check_process(mode)
-
+__all__ = ["check_process_from_env", "main", "mode_from", "process_checker"]
 
 USAGE = "usage: python -m gpu_demo.autocheck [--strict] (script.py | -m module) [args...]"
 HELP = USAGE + """
