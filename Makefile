@@ -2,42 +2,60 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+CKSUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
+LEARNER := $(VENV)/.learner-$(CKSUM)
+TESTER := $(VENV)/.tester-$(CKSUM)
+SITE = "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 # JupyterLab refuses to run as root without this flag (classroom containers often are root).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: tutorial headline test check lint bench html clean
+.PHONY: install tutorial headline test check lint bench html clean
+.DEFAULT_GOAL := install
 
-# Installs the project; then copies the .pth that makes CAPTURE_ORDER_CHECK=1 work in any program
-# (an editable install skips it).
-$(STAMP):
-	$(PYTHON) -m venv $(VENV)
+# The learner's install: torch as this machine wants it (scripts/install_torch.py: the CPU build
+# where there is no NVIDIA GPU), the project and JupyterLab; no test or lint tool. Then the .pth
+# that makes CAPTURE_ORDER_CHECK=1 work in any program (an editable install skips it).
+$(LEARNER):
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python scripts/install_torch.py
+	$(BIN)/python -m pip install --quiet -e ".[tutorial]"
+	cp capture_order_check.pth $(SITE)
+	rm -f $(VENV)/.learner-* && touch $@
+
+# The tests' install: every extra (the pinned torch and torchvision, the test tools, the zoo's
+# transformers and timm). It leaves the learner's stamp too: make tutorial then installs nothing.
+$(TESTER):
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python scripts/install_torch.py --test
 	$(BIN)/python -m pip install --quiet -e ".[all]"
-	cp capture_order_check.pth "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
-	rm -f $(VENV)/.installed-* && touch $@
+	cp capture_order_check.pth $(SITE)
+	rm -f $(VENV)/.learner-* $(VENV)/.tester-* && touch $(LEARNER) $@
+
+install: $(LEARNER)  ## the learner's install alone (what make tutorial runs first)
 
 # JUPYTER_ARGS goes to JupyterLab: make tutorial JUPYTER_ARGS="--no-browser --ip=0.0.0.0 --port=8888"
-tutorial: $(STAMP)  ## open the tutorial in JupyterLab, on the first notebook
+tutorial: $(LEARNER)  ## open the tutorial in JupyterLab, on the first notebook
 	$(BIN)/jupyter lab notebooks/00-overview.ipynb $(ROOT_FLAG) $(JUPYTER_ARGS)
 
-headline: $(STAMP)  ## no browser: print and save the headline comparison
+headline: $(LEARNER)  ## no browser: print and save the headline comparison
 	$(BIN)/python -m simlib headline --out out --gpu-results gpu_demo/lab/results/matrix-h200.json
 
-test: $(STAMP)  ## every test CI runs
+test: $(TESTER)  ## every test CI runs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The quick loop while editing: no notebooks, no browser, tests spread over the cores.
-check: $(STAMP)  ## the fast tests (no nbval, no browser), under 2 minutes
+check: $(TESTER)  ## the fast tests (no nbval, no browser), under 2 minutes
 	$(BIN)/python -m pytest tests -m "not browser" -o addopts= -q -n auto $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## ruff, configured in pyproject.toml
+lint: $(TESTER)  ## ruff, configured in pyproject.toml
 	$(BIN)/ruff check simlib gpu_demo tests scripts benchmarks
 
-html: $(STAMP)  ## the static HTML edition, widget state embedded: out/html/index.html
+html: $(TESTER)  ## the static HTML edition, widget state embedded: out/html/index.html
 	$(BIN)/python scripts/build_html.py --out out/html
 
-bench: $(STAMP)  ## the simulator's speed benchmark
+bench: $(LEARNER)  ## the simulator's speed benchmark
 	$(BIN)/python -m simlib.bench
 
 clean:
