@@ -13,17 +13,15 @@ pip's downloads and unpacking. Writes JSON with provenance.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine_provenance import hand_back, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "install-cost.json"
@@ -53,13 +51,6 @@ def install(target: str, venv: Path) -> dict:
             "nvidia_packages": sorted(n for n in have if n.startswith("nvidia-")),
             "test_tools": sorted(n for n in TOOLS if n in have),
             "said": [line for line in done.stdout.splitlines() if line.startswith("torch: ")]}
-
-
-def provenance() -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
-            "commit": commit, "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join(["python3", *sys.argv])}
 
 
 def tester_stamp(venv: Path) -> str:
@@ -94,11 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         learner, tests = Path(folder, "learner"), Path(folder, "tests")
         results = {"provenance": provenance(), "learner": install("install", learner),
                    "tests": install(tester_stamp(tests), tests)}
-    text = summary(results)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
-    return 0
+    return hand_back(results, summary, args.out)
 
 
 if __name__ == "__main__":

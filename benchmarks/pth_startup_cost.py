@@ -15,11 +15,8 @@ files as it does site-packages'. Any machine; writes JSON with provenance.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import shlex
 import shutil
 import statistics
 import subprocess
@@ -28,6 +25,8 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+from machine_provenance import hand_back, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 PTH = "capture_order_check.pth"
@@ -64,13 +63,6 @@ def measure(repeats: int, site_folder: str | None) -> dict:
             "pth": "site-packages" if site_folder is None else "site.addsitedir (no .pth in site-packages)"}
 
 
-def provenance() -> dict:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
-            "commit": commit, "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": shlex.join(["python", *sys.argv]), "environment": sys.prefix}
-
-
 def summary(results: dict) -> str:
     """The Markdown block docs/benchmarks.md quotes."""
     p = results["provenance"]
@@ -98,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if not installed:
             shutil.copy(ROOT / PTH, folder)
         results = {"provenance": provenance(), **measure(args.repeats, None if installed else folder)}
-    text = summary(results)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(json.dumps(results, indent=1) + "\n")
-    return 0
+    return hand_back(results, summary, args.out)
 
 
 if __name__ == "__main__":

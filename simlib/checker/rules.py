@@ -5,11 +5,11 @@ number from here (``HOST_MUTATION.code``, ``RULES``) and never spells them, so a
 report, the lab, the gallery and the guard cannot name a rule two ways. What each
 rule means is in the package's docstring (``simlib.checker``).
 
-The modes are the guard's (README, "Which rules each mode can fire"): ``check_capture``
+The modes are the guard's (docs/guard.md, "Which rules each mode can fire"): ``check_capture``
 on a GPU, its dry run on a CPU, and the whole-process check (``capture_checked()``,
 ``CAPTURE_ORDER_CHECK=1``); rule 12 compares the traces of a job's ranks. A mode that
 fires a rule only in part (the dry run sees a race only on streams an ``annotate``
-mark names) counts as firing it; the README says where. A simulated trace can fire
+mark names) counts as firing it; the manual says where. A simulated trace can fire
 every rule, rule 5 (``stale_input``) included, which none of the guard's modes fires.
 """
 

@@ -5,7 +5,7 @@
                           usage, 3 could not check, 4 a CPU dry run only (nothing seen,
                           but nothing replayed: not a pass)
 ``corpus``                the corpus on a GPU: truth and guard per program, a table and JSON
-                          (``--summary``: the README's paragraph from the committed results)
+                          (``--summary``: docs/results.md's paragraph from the committed results)
 ``recorder-overhead``     time to record and check a 61-layer capture against the plain capture
                           (``--dry-run``: the recorder's cost per op on a machine without CUDA)
 
@@ -68,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     corpus.add_argument("--anchors", action="store_true",
                         help="also run each program under TORCH_CUDA_SANITIZER=1 and compute-sanitizer memcheck")
     corpus.add_argument("--summary", action="store_true",
-                        help="print the README's corpus paragraph from the committed results (no GPU)")
+                        help="print docs/results.md's corpus paragraph from the committed results (no GPU)")
     corpus.set_defaults(handler=_corpus)
 
     overhead = commands.add_parser("recorder-overhead", help="record+check time of a deep capture vs plain capture")

@@ -63,7 +63,7 @@ def unwritable(path: Path) -> str | None:
 def refuse_overwrite(command: str, args: argparse.Namespace, defaults: dict[str, Path]) -> int | None:
     """Fill each output flag of ``args`` left unset with its default path, or return 2, after
     saying why, when that file is already there: the results under ``gpu_demo/lab/results`` are the
-    committed recordings the README and the notebooks read, replaced only on purpose."""
+    committed recordings the docs and the notebooks read, replaced only on purpose."""
     for flag, path in defaults.items():
         if getattr(args, flag) is None:
             if path.exists():

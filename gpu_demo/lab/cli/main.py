@@ -289,7 +289,7 @@ def _default_outputs(args: argparse.Namespace) -> dict[str, Path]:
 # -- commands ---------------------------------------------------------------------
 
 def fidelity_report() -> str:
-    """Both comparisons with the committed H200 results, as Markdown (the README quotes it)."""
+    """Both comparisons with the committed H200 results, as Markdown (docs/results.md quotes it)."""
     from gpu_demo.lab.measure import conformance, prediction
 
     return (conformance.format_table(conformance.rows()) + "\n\n"

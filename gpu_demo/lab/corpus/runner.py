@@ -218,7 +218,7 @@ def _outcome(truth: dict[str, Any]) -> str:
 
 
 def summary(results: dict[str, Any] | None) -> str:
-    """The README's corpus paragraph and table, from a results file (a placeholder without one)."""
+    """docs/results.md's corpus paragraph and table, from a results file (a placeholder without one)."""
     if results is None:
         return README_PLACEHOLDER
     programs = results["programs"]

@@ -1,7 +1,7 @@
 """Run the zoo on a GPU: the device's truth, the guard's verdict, and how long a check takes.
 
     python -m gpu_demo.lab.zoo.runner --out results/zoo-h200.json [--jobs N] [--only NAME ...]
-    python -m gpu_demo.lab.zoo.runner --summary     # the README's table, from the committed results
+    python -m gpu_demo.lab.zoo.runner --summary     # docs/results.md's table, from the committed results
 
 For each entry (``gpu_demo.lab.zoo.ENTRIES``):
 
@@ -180,7 +180,7 @@ def _guard_cell(guard: dict[str, Any]) -> str:
 
 
 def summary(results: dict[str, Any] | None) -> str:
-    """The README's zoo paragraph and table, from a results file (a placeholder without one); the
+    """docs/results.md's zoo paragraph and table, from a results file (a placeholder without one); the
     whole-process column once the results have it (a run from before it has none)."""
     if results is None:
         return README_PLACEHOLDER
@@ -235,7 +235,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--replays", type=_positive, default=3, help="replays with fresh inputs per entry")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of weights and inputs")
     p.add_argument("--timeout", type=_positive, default=300, help="seconds before a child is abandoned")
-    p.add_argument("--summary", action="store_true", help="print the README's zoo block from the committed results")
+    p.add_argument("--summary", action="store_true", help="print docs/results.md's zoo block from the committed results")
     return p
 
 

@@ -24,7 +24,7 @@ from gpu_demo.lab.cli import check as check_commands
 from gpu_demo.lab.cli.main import main
 from gpu_demo.lab.corpus import anchors, runner
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+RESULTS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "results.md"
 PROGRAMS = corpus.PROGRAMS
 
 
@@ -320,12 +320,12 @@ def test_the_readme_summary_counts_what_the_guard_flagged():
     assert runner.summary(None) == runner.README_PLACEHOLDER
 
 
-def test_the_readme_corpus_block_is_current():
-    text = README.read_text()
+def test_the_results_page_corpus_block_is_current():
+    text = RESULTS_PAGE.read_text()
     start = text.index("<!-- corpus:start (python -m gpu_demo corpus --summary) -->")
     quoted = text[start:text.index("<!-- corpus:end -->")].split("\n", 1)[1].strip()
     assert quoted == runner.summary(runner.load_results()).strip(), (
-        "README's corpus block is stale: paste the output of `python -m gpu_demo corpus --summary`")
+        "docs/results.md's corpus block is stale: paste the output of `python -m gpu_demo corpus --summary`")
 
 
 # -- the committed GPU results (when there are any) --------------------------------------------

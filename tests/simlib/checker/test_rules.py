@@ -1,5 +1,5 @@
 """The checker's one table of rules: numbers, codes and severities as the findings carry them,
-and the modes that can fire each, as the README's table says."""
+and the modes that can fire each, as the guard's manual (docs/guard.md) says."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from simlib.checker import ERROR, WARNING
 from simlib.checker.rules import DRY_RUN, GPU, PROCESS, RANKS, RULES
 
-README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+GUARD_MANUAL = (Path(__file__).resolve().parents[3] / "docs" / "guard.md").read_text()
 
 
 def test_rules_are_numbered_0_to_18_and_only_the_races_and_a_changed_host_state_are_warnings():
@@ -25,8 +25,8 @@ def test_a_rule_makes_its_findings():
     assert (f.rule, f.code, f.severity, f.step, f.label, f.pointers) == (5, "stale_input", ERROR, 3, "x", (0x10,))
 
 
-def test_the_modes_are_the_readmes_table():
-    table = README.split("Which rules each mode can fire", 1)[1].split("\n\n", 2)[1]
+def test_the_modes_are_the_manuals_table():
+    table = GUARD_MANUAL.split("Which rules each mode can fire", 1)[1].split("\n\n", 2)[1]
     rows = [line.strip("|").split("|") for line in table.splitlines()[2:]]
     seen = set()
     for first, *cells in rows:

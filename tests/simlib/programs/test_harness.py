@@ -1,4 +1,4 @@
-"""The harness for hand-written programs: the README's example in under 20 lines, every outcome word,
+"""The harness for hand-written programs: docs/simulator.md's example in under 20 lines, every outcome word,
 and several graphs in one session."""
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ from simlib.engine.tensor import raw
 from simlib.glossary import CORRECT, ILLEGAL_ADDRESS, SILENT_WRONG, term
 from simlib.programs.harness import Program, Session, explore_program, run_program
 
-README = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+SIMULATOR_PAGE = (Path(__file__).resolve().parents[3] / "docs" / "simulator.md").read_text()
 
 
-def readme_example() -> str:
-    block = README.split("<!-- own-program:start", 1)[1].split("<!-- own-program:end -->", 1)[0]
+def page_example() -> str:
+    block = SIMULATOR_PAGE.split("<!-- own-program:start", 1)[1].split("<!-- own-program:end -->", 1)[0]
     return re.search(r"```python\n(.*?)```", block, re.DOTALL).group(1)
 
 
-def test_the_readme_example_runs_in_under_20_lines_and_prints_what_it_says():
-    code = readme_example()
+def test_the_simulator_page_example_runs_in_under_20_lines_and_prints_what_it_says():
+    code = page_example()
     lines = [line for line in code.splitlines() if line.strip()]
-    assert len(lines) < 20, f"the README's example has {len(lines)} lines; the promise is under 20"
+    assert len(lines) < 20, f"docs/simulator.md's example has {len(lines)} lines; the promise is under 20"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README example", "exec"), {})
+        exec(compile(code, "docs/simulator.md example", "exec"), {})
     promised = [line.split("#", 1)[1].strip() for line in lines if line.startswith("print(")]
     assert out.getvalue().splitlines() == promised
 

@@ -1,4 +1,4 @@
-"""The committed one-H200 run of the TP MoE, and what the README says of it."""
+"""The committed one-H200 run of the TP MoE, and what docs/results.md says of it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[4]
 RESULTS = json.loads((ROOT / "gpu_demo" / "lab" / "results" / "tp-h200x1.json").read_text())
 
 
-def test_the_one_gpu_run_kept_the_incidents_outcomes_and_the_readme_quotes_it():
+def test_the_one_gpu_run_kept_the_incidents_outcomes_and_the_results_page_quotes_it():
     assert RESULTS["job"] == {**RESULTS["job"], "backend": "nccl", "world_size": 1}
     assert RESULTS["provenance"]["gpu"] == "NVIDIA H200"
     (rank,) = RESULTS["ranks"]
@@ -20,6 +20,6 @@ def test_the_one_gpu_run_kept_the_incidents_outcomes_and_the_readme_quotes_it():
     for fix in ("fix:clone", "fix:own_buffer", "fix:skip_in_capture"):
         assert cases[fix]["truth"]["outcome"] == "correct" and cases[fix]["guard"]["rules"] == []
     latency = rank["latency_us"]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "results.md").read_text().split())
     assert (f"A replay took {latency['with_all_reduce']:.1f} µs with the all-reduce and "
             f"{latency['without_all_reduce']:.1f} µs without it") in readme

@@ -189,11 +189,11 @@ def test_the_pdl_measurement_separates_pdl_from_fusing_the_adds():
             abs=2e-3)
 
 
-def test_the_readme_quotes_the_committed_recorder_overhead():
-    """The README's overhead paragraph says what the committed run measured, target verdict included."""
+def test_the_benchmarks_page_quotes_the_committed_recorder_overhead():
+    """docs/benchmarks.md's overhead paragraph says what the committed run measured, target verdict included."""
     results = load("recorder-overhead")
     moe, plain = results["moe_stack"], results["plain_pytorch_stack"]
-    readme = " ".join((RESULTS.parents[2] / "README.md").read_text().split())
+    readme = " ".join((RESULTS.parents[2] / "docs" / "benchmarks.md").read_text().split())
     assert f"took {moe['ratio']:.2f} times as long as the same warm-up and capture in a process that never" \
            f" records, and {plain['ratio']:.2f} times for 61 plain-PyTorch" in readme
     assert f"the ratios are {moe['ratio_same_process']:.1f} and {plain['ratio_same_process']:.1f}" in readme
@@ -203,12 +203,12 @@ def test_the_readme_quotes_the_committed_recorder_overhead():
                (False, True): "Recording is not free. It misses the 3x we aimed for on the project's MoE stack "
                               "and meets it on plain PyTorch.",
                (False, False): "Recording is not free, and it misses the 3x we aimed for."}
-    assert verdict[moe["within_target"], plain["within_target"]] in readme, "the README's verdict on 3x is stale"
+    assert verdict[moe["within_target"], plain["within_target"]] in readme, "docs/benchmarks.md's verdict on 3x is stale"
     assert moe["ops"] == 7324 and "7,324 ops a plain pass" in readme
 
 
-def test_the_readme_quotes_the_committed_cpp_observer_run():
-    """The C++ observer figures the README sets beside the dispatch mode's are the committed run's."""
+def test_the_benchmarks_page_quotes_the_committed_cpp_observer_run():
+    """The C++ observer figures docs/benchmarks.md sets beside the dispatch mode's are the committed run's."""
     results = load("cpp-observer")
     provenance = results["provenance"]
     assert set(provenance) == PROVENANCE and "H200" in provenance["gpu"]
@@ -217,14 +217,14 @@ def test_the_readme_quotes_the_committed_cpp_observer_run():
     for stack in (moe, plain):   # below Python there is room: the observer beats the empty mode
         assert 1 < stack["cpp_observer_ratio"] < stack["floor_ratio"]
         assert stack["observer_ops"] >= stack["observer_outermost_ops"] and stack["tensors_frozen"] > stack["ops"]
-    readme = " ".join((RESULTS.parents[2] / "README.md").read_text().split())
+    readme = " ".join((RESULTS.parents[2] / "docs" / "benchmarks.md").read_text().split())
     assert (f"took {moe['cpp_observer_ratio']:.2f} times the untraced warm-up and capture of the MoE stack and "
             f"{plain['cpp_observer_ratio']:.2f} times for the plain-PyTorch one, where the empty dispatch mode "
             f"took {moe['floor_ratio']:.2f} and {plain['floor_ratio']:.2f}") in readme
 
 
-def test_the_readme_quotes_the_committed_start_up_overhead_of_the_whole_process_check():
-    """The figure and the verdict on 3x the README gives the whole-process check's start-up are the
+def test_the_benchmarks_page_quotes_the_committed_start_up_overhead_of_the_whole_process_check():
+    """The figure and the verdict on 3x docs/benchmarks.md gives the whole-process check's start-up are the
     committed run's: the median of its per-repeat ratios, its medians of each side."""
     import statistics
 
@@ -236,7 +236,7 @@ def test_the_readme_quotes_the_committed_start_up_overhead_of_the_whole_process_
     assert results["ratios"] == pytest.approx(ratios) and results["ratio"] == pytest.approx(statistics.median(ratios))
     assert results["within_target"] == (results["ratio"] < results["target"] == 3.0)
     assert results["findings"] == 0 and results["checks"] == len(results["sizes"]) == 8
-    readme = " ".join((RESULTS.parents[2] / "README.md").read_text().split())
+    readme = " ".join((RESULTS.parents[2] / "docs" / "benchmarks.md").read_text().split())
     verdict = "**within the target**" if results["within_target"] else "**over the target**"
     assert (f"it took {results['ratio']:.1f} times as long (median of {results['repeats']} repeats, each a fresh "
             f"pair of processes: {statistics.median(results['checked_s']):.2f} s against "

@@ -26,7 +26,7 @@ from gpu_demo.lab.zoo import runner  # noqa: E402
 from simlib.checker import check, format_report  # noqa: E402
 from simlib.glossary import NOT_ON_GPU  # noqa: E402
 
-README = Path(__file__).resolve().parents[4] / "README.md"
+RESULTS_PAGE = Path(__file__).resolve().parents[4] / "docs" / "results.md"
 CPU = torch.device("cpu")
 _built: dict[str, tuple] = {}
 
@@ -159,12 +159,12 @@ def test_the_summary_counts_clean_entries_and_shows_truth_guard_and_check_time()
     assert runner.summary(None) == runner.README_PLACEHOLDER
 
 
-def test_the_readme_zoo_block_is_the_summary_of_the_committed_results():
-    text = README.read_text()
+def test_the_results_page_zoo_block_is_the_summary_of_the_committed_results():
+    text = RESULTS_PAGE.read_text()
     start = text.index("<!-- zoo:start (python -m gpu_demo.lab.zoo.runner --summary) -->")
     quoted = text[start:text.index("<!-- zoo:end -->")].split("\n", 1)[1].strip()
     assert quoted == runner.summary(runner.load_results()).strip(), (
-        "README's zoo block is stale: paste the output of `python -m gpu_demo.lab.zoo.runner --summary`")
+        "docs/results.md's zoo block is stale: paste the output of `python -m gpu_demo.lab.zoo.runner --summary`")
 
 
 def test_the_runner_says_in_one_line_what_it_needs(capsys, tmp_path):
