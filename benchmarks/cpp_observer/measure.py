@@ -2,7 +2,7 @@
 
 ``gpu_demo.guard.record.recorder`` does its per-op work in Python, in a ``TorchDispatchMode``;
 a dispatch mode that only calls each op (``floor``) already costs a large part of
-the 3x the recorder aims for (README, "Check your own capture code"). This
+the 3x the recorder aims for (docs/benchmarks.md, "Recording one capture"). This
 measures the alternative below Python: ``observer.cpp``, a C++ observer on
 torch's ``RecordFunction`` hook (the one the profiler uses) that freezes, for
 every op, what the recorder freezes (each tensor's identity, pointer, storage

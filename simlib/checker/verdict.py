@@ -8,7 +8,7 @@ way) while the checker finds only races (rule 3 ``cross_stream_race`` or rule
 4 ``reuse_after_free``) is ``unordered`` (``glossary.UNORDERED_MEANS``:
 two accesses to the same memory that nothing orders). Anything else keeps the replays' outcome.
 
-The README's scenario table (``gpu_demo.measure.conformance``), the headline, the
+docs/results.md's scenario table (``gpu_demo.measure.conformance``), the headline, the
 pictures' badges, the explorer, the lab, the harness and the guard (``on_gpu=True``)
 all call ``verdict`` here, so they cannot disagree about shared-first.
 """

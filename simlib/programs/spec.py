@@ -170,7 +170,7 @@ class MoEConfig:
 def _matrix() -> tuple[MoEConfig, ...]:
     base = MoEConfig()
     rows: list[MoEConfig] = []
-    # The README's measured H200 table: both orders x three shared modes.
+    # docs/results.md's measured H200 table: both orders x three shared modes.
     for order in ORDERS:
         for mode in SHARED_MODES:
             rows.append(base.with_(order=order, shared_mode=mode))

@@ -1,9 +1,9 @@
-"""The headline comparison: the picture and the table the README opens with.
+"""The headline comparison: the picture the README opens with, and the measured table of docs/results.md.
 
 ``write_headline(out_dir)`` runs the incident both ways (shared expert issued
 first, routed experts first; the shared expert writing into a static buffer,
-the silent failure of the README's measured table), saves their side-by-side picture,
-and tabulates the simulator's outcome for every cell of the README's measured
+the silent failure of the measured table), saves their side-by-side picture,
+and tabulates the simulator's outcome for every cell of docs/results.md's measured
 H200 table next to a real GPU's, when the caller names ``gpu_demo``'s recorded
 matrix (``python -m simlib headline --gpu-results FILE``). The returned
 text holds no wall-clock time and no address, so it is the same on every run.
@@ -55,7 +55,7 @@ def judge(config: MoEConfig) -> Judged:
 
 
 def design_rows(gpu: GpuResults | None) -> list[dict[str, Any]]:
-    """One row per cell of the README's measured 3x2 table (shared mode x order).
+    """One row per cell of docs/results.md's measured 3x2 table (shared mode x order).
 
     ``simulator`` is the verdict, ``replays`` what the simulated replays did,
     ``races`` the checker's race findings, ``gpu`` the recorded GPU outcome.
@@ -126,7 +126,7 @@ def write_headline(out_dir: Path, *, gpu_results: Path | None = None) -> str:
     markdown = "\n".join([
         "# Headline: host order decides what a CUDA graph captures", "", lead, "",
         "![shared first versus routed first](headline.png)", "", "```", *expressions, "```", "",
-        "## The measured H200 table (README), cell by cell", "", table, "", gpu_note, ""])
+        "## The measured H200 table (docs/results.md), cell by cell", "", table, "", gpu_note, ""])
     (out_dir / "headline.md").write_text(markdown)
     (out_dir / "headline.json").write_text(json.dumps(
         {"headline": [{"config": j.result.config.to_dict(), "verdict": j.verdict,

@@ -1,4 +1,4 @@
-"""End to end: the simulator reproduces the table measured on an H200 (README, "What the H200 showed")."""
+"""End to end: the simulator reproduces the table measured on an H200 (docs/results.md, "The incident's matrix")."""
 
 import pytest
 

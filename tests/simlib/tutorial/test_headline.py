@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 from simlib.programs.spec import ORDERS, SHARED_MODES, MoEConfig  # noqa: E402
 from simlib.tutorial.headline import write_headline  # noqa: E402
 
-DESIGN_TABLE = {  # the README's table, as measured on an H200
+DESIGN_TABLE = {  # docs/results.md's table, as measured on an H200
     ("plain", "shared_first"): "correct",
     ("plain", "routed_first"): "capture_error:shape_mismatch",
     ("static_buffer", "shared_first"): "correct",

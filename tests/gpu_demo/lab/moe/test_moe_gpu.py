@@ -1,4 +1,4 @@
-"""gpu_demo on a real GPU: the README's measured table, the trap, PDL, the recorder.
+"""gpu_demo on a real GPU: docs/results.md's measured table, the trap, PDL, the recorder.
 
 Skipped without CUDA. Each harness case runs in its own process, so the
 illegal-address row cannot take the test process down.
