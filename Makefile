@@ -52,7 +52,7 @@ check: $(TESTER)  ## the fast tests (no nbval, no browser), under 2 minutes
 lint: $(TESTER)  ## ruff, configured in pyproject.toml
 	$(BIN)/ruff check simlib gpu_demo tests scripts benchmarks
 
-html: $(TESTER)  ## the static HTML edition, widget state embedded: out/html/index.html
+html: $(LEARNER)  ## the static HTML edition, widget state embedded: out/html/index.html
 	$(BIN)/python scripts/build_html.py --out out/html
 
 bench: $(LEARNER)  ## the simulator's speed benchmark
