@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import re
 import shutil
 import subprocess
 import sys
@@ -41,8 +40,10 @@ from jupyterlab_session import (
     code_cell,
     image_digest,
     kernel_idle,
+    labelled,
     run_all,
     shot,
+    shown_image,
     unavailable,
 )
 
@@ -111,10 +112,7 @@ def test_html_edition_pages_load_offline_without_errors_and_show_the_widgets(htm
             shot(p, f"html-{link.removesuffix('.html')}-picture-{i}.png", picture)
 
     p.goto(f"{url}/03-the-dispose-bug.html", wait_until="load")
-    order = p.locator(".widget-toggle-buttons").filter(
-        has=p.locator(".widget-label", has_text=re.compile(r"^issue order$")))
-    slider = p.locator(".widget-slider").filter(
-        has=p.locator(".widget-label", has_text=re.compile(r"^host step$")))
+    order, slider = labelled(p, "toggle-buttons", "issue order"), labelled(p, "slider", "host step")
     expect(order).to_have_count(1)
     expect(slider).to_have_count(1)
     expect(order.locator("button.mod-active")).to_have_count(1)
@@ -124,8 +122,7 @@ def test_html_edition_pages_load_offline_without_errors_and_show_the_widgets(htm
     box.scroll_into_view_if_needed()
     shot(p, "html-03-explorer.png", box)
     p.goto(f"{url}/07-gallery.html", wait_until="load")
-    what_if = p.locator(".widget-toggle-buttons").filter(
-        has=p.locator(".widget-label", has_text=re.compile(r"^replay order$")))
+    what_if = labelled(p, "toggle-buttons", "replay order")
     expect(what_if).to_have_count(1)
     expect(what_if.locator("button.mod-active")).to_have_text("read both after both replays")
     box = p.locator(".widget-subarea").filter(has=what_if).first
@@ -146,16 +143,11 @@ def test_dispose_bug_explorer_renders_and_redraws_in_jupyterlab(lab, page):
     run_all(p)
 
     # The explorer's VBox: the "issue order" toggle buttons, the "host step" slider, the picture.
-    order = p.locator(".widget-toggle-buttons").filter(
-        has=p.locator(".widget-label", has_text=re.compile(r"^issue order$")))
-    slider = p.locator(".widget-slider").filter(
-        has=p.locator(".widget-label", has_text=re.compile(r"^host step$")))
+    order, slider = labelled(p, "toggle-buttons", "issue order"), labelled(p, "slider", "host step")
     box = p.locator(".widget-vbox").filter(has=order).filter(has=slider).first
     expect(order).to_have_count(1)
     expect(slider).to_have_count(1)
-    image = box.locator("img.widget-image")
-    expect(image).to_have_count(1)
-    p.wait_for_function("img => img.complete && img.naturalWidth > 100", arg=image.element_handle())
+    image = shown_image(p, box)
     status = box.locator(".widget-html")
     expect(status).to_contain_text("routed_first")
     assert_no_widget_failures(p, p.locator(".jp-NotebookPanel"))

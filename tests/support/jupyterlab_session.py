@@ -365,3 +365,19 @@ def check_message(workbook: Any, number: int, answer: object) -> tuple[bool, str
     except AssertionError as wrong:
         return False, str(wrong).splitlines()[0]
     return True, out.getvalue().splitlines()[0]
+
+
+def labelled(page, kind: str, label: str):
+    """The ipywidget of ``kind`` (``toggle-buttons``, ``slider``, ...) whose description is ``label``."""
+    return page.locator(f".widget-{kind}").filter(
+        has=page.locator(".widget-label", has_text=re.compile(rf"^{re.escape(label)}$")))
+
+
+def shown_image(page, box):
+    """The one picture in widget ``box``, once the browser has decoded it."""
+    from playwright.sync_api import expect
+
+    image = box.locator("img.widget-image")
+    expect(image).to_have_count(1)
+    page.wait_for_function("img => img.complete && img.naturalWidth > 100", arg=image.element_handle())
+    return image
