@@ -29,7 +29,7 @@ from .kit import (
     title_inches,
     wrap,
 )
-from .marks import FROZEN, graph_notes, node_marks
+from .marks import FROZEN, Marked, graph_notes, node_marks
 from .palette import DANGER, GREY, role_colour, tint
 from .reading import Blocks, arg_problem, pointer_text, show_full_pointers, trace_of, until
 from .takeaways import capture_title
@@ -45,7 +45,7 @@ class _Node:
     level: int
     column: int
     problems: list[str | None] = field(default_factory=list)
-    marks: dict[str, str] = field(default_factory=dict)   # name -> tag: what the checker says it froze
+    marks: dict[Marked, str] = field(default_factory=dict)   # what the checker says it froze -> tag
 
     @property
     def skipped(self) -> bool:
@@ -92,7 +92,7 @@ class Layout:
         lines = []
         width = 14 if self.full else 11
         for a, problem in zip(r.args, node.problems):
-            tag = node.marks.get(a.label)
+            tag = node.marks.get((a.label, a.ptr)) or node.marks.get(a.label)
             shape = f" {'x'.join(map(str, a.shape))}" if tag == FROZEN else ""
             lines.append((f"{a.access:<2} {a.label[:self.label_width]:<{self.label_width}} "
                           f"{pointer_text(a.ptr, self.full):<{width}}"

@@ -3,9 +3,10 @@
 A graph's box shows pointers; the hazards of the 2026 family hide in what a pointer does not say: a
 scalar or a view's size read on the host at capture (rules 8, 15), a generator's state (17), a weight
 the host rebound after the capture (14), an output kept across replays (13), an input an op between
-graphs makes anew (18), a host int that picked the branch (16). ``node_marks`` names, per node, the
-arguments and scalars to draw in vermillion with a one-word tag; ``graph_notes`` says the rest in a
-line each, under the graph.
+graphs makes anew (18), a host int that picked the branch (16); and of the older family, an input
+rebuilt every call (9) and a block freed while the graph lives on (10), even after the capture.
+``node_marks`` names, per node, the arguments and scalars to draw in vermillion with a one-word tag;
+``graph_notes`` says the rest in a line each, under the graph.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Sequence
 
 from ...checker import Finding
 from ...checker.rules import (
+    FREED_UNDER_GRAPH,
     FROZEN_HOST_VALUE,
     HOST_STATE_BRANCH,
     INPUT_FRESH_BETWEEN_GRAPHS,
+    INPUT_REBUILT,
     OUTPUT_OVERWRITTEN,
     UNREGISTERED_GENERATOR,
     VIEW_FROZEN,
@@ -25,20 +28,24 @@ from ...checker.rules import (
 from ...trace import HostState, Launch, Record, SkippedLaunch
 
 _AT_LAUNCH = frozenset(r.code for r in (FROZEN_HOST_VALUE, VIEW_FROZEN, UNREGISTERED_GENERATOR))
-FROZEN, REBOUND, OVERWRITTEN, STALE = "FROZEN", "REBOUND", "OVERWRITTEN", "STALE"
-TAGS = {WEIGHTS_REBOUND.code: REBOUND, OUTPUT_OVERWRITTEN.code: OVERWRITTEN, INPUT_FRESH_BETWEEN_GRAPHS.code: STALE}
+FROZEN, REBOUND, OVERWRITTEN, STALE, FREED, REBUILT = "FROZEN", "REBOUND", "OVERWRITTEN", "STALE", "FREED", "REBUILT"
+TAGS = {WEIGHTS_REBOUND.code: REBOUND, OUTPUT_OVERWRITTEN.code: OVERWRITTEN, INPUT_FRESH_BETWEEN_GRAPHS.code: STALE,
+        FREED_UNDER_GRAPH.code: FREED, INPUT_REBUILT.code: REBUILT}
 
 
-def node_marks(findings: Sequence[Finding], launch: Launch | SkippedLaunch) -> dict[str, str]:
-    """``{name: tag}`` for what ``launch`` froze that the checker names: a scalar, a view's or a
-    generator's name (from the finding's ``label: name`` at the launch's step), or an argument's label
-    whose address a rebound weight, a kept output or a stale input finding points at."""
+Marked = str | tuple[str, int]     # a scalar's, view's or generator's name; an argument's (label, address)
+
+
+def node_marks(findings: Sequence[Finding], launch: Launch | SkippedLaunch) -> dict[Marked, str]:
+    """``{what: tag}`` for what ``launch`` froze that the checker names: a scalar, a view's or a
+    generator's name (from the finding's ``label: name`` at the launch's step), or the ``(label,
+    address)`` of an argument a rebound weight, a kept output, a stale, rebuilt or freed input points at."""
     prefix = f"{launch.label}: "
-    marks = {f.label.removeprefix(prefix): FROZEN for f in findings
-             if f.code in _AT_LAUNCH and f.step == launch.step and f.label.startswith(prefix)}
+    marks: dict[Marked, str] = {f.label.removeprefix(prefix): FROZEN for f in findings
+                                if f.code in _AT_LAUNCH and f.step == launch.step and f.label.startswith(prefix)}
     for f in findings:
         if f.code in TAGS and f.pointers:
-            marks.update({a.label: TAGS[f.code] for a in launch.args if a.ptr == f.pointers[0]})
+            marks.update({(a.label, a.ptr): TAGS[f.code] for a in launch.args if a.ptr == f.pointers[0]})
     return marks
 
 
