@@ -2,6 +2,9 @@
 
 import pytest
 
+# The browser tests' fixtures and moves live in tests/support: their asserts explain themselves too.
+pytest.register_assert_rewrite("jupyterlab_session")
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_tests = [item for item in items if item.get_closest_marker("gpu")]

@@ -4,8 +4,9 @@
     gallery_explorer.pool_what_if()      # display it: a replay-order toggle, the fix, a picture
 
 Each change re-simulates ``simlib.programs.gallery.shared_pool_what_if(order, copied_out)``
-and redraws the pointer table of the graph that overwrites the other's output,
-titled with the outcome and the checker's rules; the text under the controls
+and redraws both graphs' blocks in the pool and the replays and reads after the captures
+(``simlib.tutorial.plots.pool``: which read got which graph's bytes), titled with the
+outcome and the checker's rules; the text under the controls
 says what each read got against eager. Like ``simlib.tutorial.explorer``, ipywidgets and
 matplotlib are imported only when a widget is made.
 """
@@ -17,7 +18,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from ..programs.gallery import CASES, READ_AT_ONCE, READ_LATER, WhatIf, shared_pool_what_if
-from .pictures import png, small_png
+from .pictures import small_png
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -58,16 +59,16 @@ class PoolWhatIf:
 
     @property
     def figure(self) -> "Figure":
-        from .plots import pointer_table
+        from .plots.pool import pool_blocks
 
         run = SHARED_POOL.run(fixed=self.copied_out.value, order=self.order.value)
-        graph = run.result.graphs[SHARED_POOL.shows or next(iter(run.result.graphs))]
-        return pointer_table(run.result.trace, graph=graph.id, takeaway=self.answer.summary())
+        return pool_blocks(run.result.trace, {n: g.id for n, g in run.result.graphs.items()},
+                           takeaway=self.answer.summary())
 
     def redraw(self) -> None:
-        """Re-simulate and redraw; the first picture is encoded small, as a saved notebook keeps it."""
-        fig = self.figure
-        self.image.value = png(fig, self.dpi) if self.redraws else small_png(fig, self.dpi)
+        """Re-simulate and redraw. Every picture is encoded the same way (small, as a saved notebook
+        keeps it), so equal bytes mean an equal picture: a test can see that a control changed it."""
+        self.image.value = small_png(self.figure, self.dpi)
         lines = "<br>".join(html.escape(line) for line in self.status)
         self.status_html.value = f"<div style='font-family:monospace;font-size:12px;line-height:1.4'>{lines}</div>"
         self.redraws += 1

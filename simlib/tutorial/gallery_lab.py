@@ -85,7 +85,7 @@ def _wrong_scalar(given: str, _: str) -> str:
             "was the capture?")
 
 
-# --------------------------------------------------------------------------- 2 pool
+# --------------------------------------------------------------------------- 3 pool
 def _solve_pool() -> dict[str, str]:
     return {key: shared_pool_what_if(order).outcome for key, order in ORDERS.items()}
 
@@ -111,7 +111,7 @@ def _wrong_pool(given: dict[str, str], expected: dict[str, str]) -> str:
     return f"{len(off)} of 2 wrong ({', '.join(off)}).\n" + "\n".join(f"  {_POOL_HINTS[k]}" for k in off)
 
 
-# --------------------------------------------------------------------------- 3 freed, 4 the 2026 family
+# --------------------------------------------------------------------------- 2 freed, 4 the 2026 family
 @cache
 def _rules(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     """The checker's rules on each named case's hazard."""
@@ -176,12 +176,12 @@ def _right_family(expected: dict[str, str]) -> str:
 EXERCISES: dict[int, Exercise] = {
     1: Exercise("Which scale does a replay use?", "scalar", word_answer(SCALES, "answer_1"),
                 _solve_scalar, _wrong_scalar, _right_scalar),
-    2: Exercise("Two graphs in one pool: read later, or at once?", "pool",
-                record_answer({k: word_answer((CORRECT, SILENT_WRONG), k) for k in ORDERS}),
-                _solve_pool, _wrong_pool, _right_pool),
-    3: Exercise("Which rule names the freed block?", "freed",
+    2: Exercise("Which rule names the freed block?", "freed",
                 record_answer({n: word_answer(RULE_CODES, n) for n in FREED_CASES}),
                 _first_rules(FREED_CASES), _wrong_cases(FREED_CASES, _FREED_HINTS), _right_freed),
+    3: Exercise("Two graphs in one pool: read later, or at once?", "pool",
+                record_answer({k: word_answer((CORRECT, SILENT_WRONG), k) for k in ORDERS}),
+                _solve_pool, _wrong_pool, _right_pool),
     4: Exercise("Which rule names each hazard of 2026?", "family",
                 record_answer({n: word_answer(FAMILY_CODES, n) for n in FAMILY_CASES}),
                 _first_rules(FAMILY_CASES), _wrong_cases(FAMILY_CASES, _FAMILY_HINTS), _right_family),

@@ -150,8 +150,7 @@ def gallery_rows(path: Path = results.path("corpus-h200")) -> list[GalleryRow]:
                 raise ValueError(f"gallery program {run.name} has a race ({found[0]}); its row needs "
                                  "simlib.engine.schedules.explore, not one run")
             twin = corpus.twin(run.name) if corpus else None
-            possible = {run.outcome} | ({CORRECT} if case.reuse_decides and not fixed else set())
-            out.append(GalleryRow(run.name, frozenset(possible),
+            out.append(GalleryRow(run.name, case.outcomes(run),
                                   tuple(dict.fromkeys(f"rule {f.rule} ({f.code})" for f in run.findings)),
                                   twin.truth if twin else None, ran=twin is not None))
     return out

@@ -86,6 +86,12 @@ class Case:
     def orders(self) -> tuple[str, ...]:
         return tuple(self.expected)
 
+    def outcomes(self, run: CaseRun) -> frozenset[str]:
+        """Every outcome the simulator predicts for ``run`` of this case: the simulated one, and
+        ``correct`` too for a hazard whose freed block a GPU may not have handed out yet."""
+        maybe_lucky = self.reuse_decides and run.name == self.name
+        return frozenset({run.outcome, CORRECT} if maybe_lucky else {run.outcome})
+
     def run(self, fixed: bool = False, order: str | None = None) -> CaseRun:
         """Simulate the hazard (or its fix) in ``order`` (the first of ``orders`` by default)."""
         order = self.orders[0] if order is None else order

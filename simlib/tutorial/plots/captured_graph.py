@@ -10,7 +10,7 @@ from ...checker import check
 from ...checker.verdict import races
 from ...glossary import UNORDERED, term
 from ...programs.scenarios import ScenarioResult
-from ...trace import Capture, EventOp, Launch, SkippedLaunch, Trace
+from ...trace import GENERATOR, Capture, EventOp, Launch, SkippedLaunch, Trace
 from .kit import (
     LINE_EMS,
     MONO,
@@ -19,6 +19,7 @@ from .kit import (
     Label,
     Panel,
     box_path,
+    draw_labels,
     draw_legend,
     draw_shapes,
     draw_title,
@@ -26,7 +27,9 @@ from .kit import (
     text_height,
     text_width,
     title_inches,
+    wrap,
 )
+from .marks import FROZEN, Marked, graph_notes, node_marks
 from .palette import DANGER, GREY, role_colour, tint
 from .reading import Blocks, arg_problem, pointer_text, show_full_pointers, trace_of, until
 from .takeaways import capture_title
@@ -42,6 +45,7 @@ class _Node:
     level: int
     column: int
     problems: list[str | None] = field(default_factory=list)
+    marks: dict[Marked, str] = field(default_factory=dict)   # what the checker says it froze -> tag
 
     @property
     def skipped(self) -> bool:
@@ -73,6 +77,7 @@ class Layout:
     label_width: int                      # characters of the widest argument label
     captured: dict[str, bool]             # stream -> captured a node (not only skipped ones)
     raced: dict[int, int]                 # address -> rule of a race the checker found on it
+    host_notes: list[str] = field(default_factory=list)   # the hazards the boxes cannot show, a line each
 
     def pointer_column(self) -> int:
         """Characters before an argument line's pointer: access, label, spaces."""
@@ -87,9 +92,16 @@ class Layout:
         lines = []
         width = 14 if self.full else 11
         for a, problem in zip(r.args, node.problems):
+            tag = node.marks.get((a.label, a.ptr)) or node.marks.get(a.label)
+            shape = f" {'x'.join(map(str, a.shape))}" if tag == FROZEN else ""
             lines.append((f"{a.access:<2} {a.label[:self.label_width]:<{self.label_width}} "
                           f"{pointer_text(a.ptr, self.full):<{width}}"
-                          + (f" {problem.upper()}" if problem else ""), problem is not None))
+                          + (f" {problem.upper()}" if problem else f"{shape} {tag}" if tag else ""),
+                          problem is not None or tag is not None))
+        for name, value in getattr(r, "scalars", ()):
+            tag = node.marks.get(value if name == GENERATOR else name)
+            text = f"rng {value}: its state at capture" if name == GENERATOR else f"=  {name} = {value}"
+            lines.append((text + (f" {tag}" if tag else ""), tag is not None))
         return head, lines
 
     def box(self, node: _Node) -> tuple[float, float]:
@@ -154,8 +166,10 @@ def graph_layout(trace: Trace, graph: int, step: int | None, full: bool | None) 
     captured = {s: any(n.record.stream == s and not n.skipped for n in nodes) for s in columns}
     shown_records = until(trace, step)
     ended = any(isinstance(r, Capture) and r.graph == graph and r.op == "end" for r in shown_records)
-    raced = {ptr: f.rule for f in (races(check(Trace(list(shown_records)))) if ended else [])
-             for ptr in f.pointers}
+    findings = check(Trace(list(shown_records))) if ended else []
+    raced = {ptr: f.rule for f in races(findings) for ptr in f.pointers}
+    for node in nodes:
+        node.marks = node_marks(findings, node.record)
     widest = max((len(a.label) for n in nodes for a in n.record.args), default=8)
     if step is not None:
         shown = [i for i, n in enumerate(nodes) if n.record.step <= step]
@@ -164,7 +178,8 @@ def graph_layout(trace: Trace, graph: int, step: int | None, full: bool | None) 
         edges = [_Edge(index[e.src], index[e.dst], e.event, e.via) for e in edges
                  if e.src in index and e.dst in index]
     return Layout(nodes, list(columns), edges, levels, capture_title(shown_records, graph),
-                   show_full_pointers(full, trace, graph), min(widest, 24), captured, raced)
+                   show_full_pointers(full, trace, graph), min(widest, 24), captured, raced,
+                   graph_notes(findings, shown_records, graph, {a.ptr for n in nodes for a in n.record.args}))
 
 
 _RACE = tint(term(UNORDERED).colour, 0.35)
@@ -173,6 +188,8 @@ _RACE = tint(term(UNORDERED).colour, 0.35)
 def graph_keys(drawn: set[str]) -> list[Key]:
     return [key for name, key in (
         ("bad", Key("frozen null / empty / freed pointer", "s", "white", DANGER)),
+        ("frozen", Key("a value the replays keep while the host changes it (FROZEN, REBOUND, ...)", "s", "white",
+                       DANGER)),
         ("race", Key("address of a race the checker finds (rule 3 or 4: unordered)", "s", _RACE)),
         ("skipped", Key("launch skipped at capture (not in the graph)", "s", "#EEEEEE", GREY)),
         ("stream", Key("stream order (next node on the same stream)", "-", GREY)),
@@ -197,15 +214,20 @@ def captured_graph(source: Trace | ScenarioResult, graph: int = 0, *, step: int 
     column_pt, level_pt = layout.extent()
     width = max(7.0, column_pt / 72 * max(len(layout.streams), 1) + 0.4)
     title = takeaway or layout.title
-    head_in, legend_in = title_inches(title, width) + 0.1, 0.55
+    notes = wrap(" ".join(layout.host_notes), width * 72 * 0.75, TEXT_PT) if layout.host_notes else ""
+    notes_in = (text_height(notes.count("\n") + 1, TEXT_PT) + 16) / 72 if notes else 0.0
+    head_in, legend_in = title_inches(title, width) + 0.1, 0.55 + notes_in
     graph_in = level_pt / 72 * layout.levels
     height = head_in + STREAMS_IN + graph_in + legend_in
     fig = fresh_figure(fig, (width, height))
     p = graph_panel(fig, (0.02, legend_in / height, 0.96, (STREAMS_IN + graph_in) / height),
                      layout, level_pt)
     drawn = draw_graph(p, layout)
+    if notes:
+        draw_labels(fig, [Label(0.03, (legend_in - 0.04) / height, notes, TEXT_PT, DANGER, "bold", ha="left",
+                                va="top")], fig.transFigure, gid="graph-host-notes")
     draw_title(fig, title)
-    draw_legend(fig, graph_keys(drawn), 0.03, 0.62 * legend_in / height, width=0.94)
+    draw_legend(fig, graph_keys(drawn), 0.03, 0.62 * (legend_in - notes_in) / height, width=0.94)
     return fig
 
 
@@ -243,16 +265,17 @@ def draw_graph(p: Panel, layout: Layout) -> set[str]:
         colour = GREY if node.skipped else "black"
         plain.append(Label(x, y, head, _NODE_PT, colour, ha="left", va="top", family=MONO))
         below_head = head.count("\n") + 1
-        for i, ((text, wrong), arg) in enumerate(zip(lines, node.record.args), start=below_head):
+        args = [*node.record.args, *[None] * (len(lines) - len(node.record.args))]   # then the scalars
+        for i, ((text, wrong), arg) in enumerate(zip(lines, args), start=below_head):
             top = y - i * LINE_EMS * _NODE_PT / py
             label = Label(x, top, text, _NODE_PT, DANGER if wrong else colour,
                           "bold" if wrong else "normal", ha="left", va="top", family=MONO)
             (bad if wrong else plain).append(label)
-            if arg.ptr in layout.raced and arg.numel and not node.skipped:
+            if arg is not None and arg.ptr in layout.raced and arg.numel and not node.skipped:
                 chars = len(pointer_text(arg.ptr, layout.full))
                 marked.append((x + (layout.pointer_column() + chars / 2) * advance / px,
                                top - 0.48 * _NODE_PT / py, chars * advance))
-    danger = [any(n.problems) for n in layout.nodes]
+    danger = [any(n.problems) or bool(n.marks) for n in layout.nodes]
     draw_shapes(p.fig, [box_path(w, h, _NODE_PAD) for w, h in sizes],
                 [(n.column, -n.level) for n in layout.nodes], p.data, gid="graph-nodes", zorder=3,
                 facecolors=["#EEEEEE" if n.skipped else tint(role_colour(n.record.role))
@@ -267,7 +290,8 @@ def draw_graph(p: Panel, layout: Layout) -> set[str]:
                     facecolors=[_RACE], edgecolors="none")
     p.labels(plain, gid="graph-text")
     p.labels(bad, gid="graph-bad-args")
-    drawn = {"bad"} if any(danger) else set()
+    drawn = {"bad"} if any(any(n.problems) for n in layout.nodes) else set()
+    drawn |= {"frozen"} if any(n.marks for n in layout.nodes) else set()
     drawn |= {"race"} if marked else set()
     drawn |= {"skipped"} if any(n.skipped for n in layout.nodes) else set()
     return drawn | _graph_edges(p, layout, sizes)

@@ -17,7 +17,9 @@ def test_the_replay_order_and_the_fix_change_what_it_says_and_shows():
     assert widget.answer.outcome == "correct" and widget.image.value != first
     assert "graphs_clobber" not in widget.status_html.value
     widget.order.value = READ_LATER
+    assert widget.image.value == first           # one encoding: equal bytes, equal picture
     widget.copied_out.value = True
+    assert widget.image.value != first
     assert widget.answer == shared_pool_what_if(READ_LATER, copied_out=True) and widget.redraws == 4
     assert "copying each output out" in widget.status[0] and "!=" not in widget.status_html.value
 

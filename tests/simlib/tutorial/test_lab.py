@@ -280,3 +280,16 @@ def test_a_hint_keeps_an_identifier_as_written_and_capitalises_prose(number, ans
     with pytest.raises(WrongAnswer) as wrong:
         LAB.check(number, answer)
     assert str(wrong.value).split("not yet. ", 1)[1].startswith(opens)
+
+
+def test_the_learners_summary_gives_no_answer_away():
+    from simlib.glossary import OUTCOMES, words
+
+    cells = json.loads((NOTEBOOKS / "06-lab.ipynb").read_text())["cells"]
+    (summary,) = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith("## Summary")]
+    answers = [a for n in LAB.exercises for a in (lambda e: e.values() if isinstance(e, dict) else [e])(
+        LAB.expected(n)) if isinstance(a, str)]
+    giveaways = {a for a in answers} | {a.replace("_", " ") for a in answers} | {words(a) for a in answers
+                                                                                 if a in OUTCOMES}
+    found = [g for g in giveaways if re.search(rf"\b{re.escape(g)}\b", summary, re.IGNORECASE)]
+    assert not found, f"06-lab's summary states answers: {found}"
