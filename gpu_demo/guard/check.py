@@ -65,10 +65,11 @@ from gpu_demo.guard.differential import Subject, check_in_child, describe, repla
 from gpu_demo.guard.protocol.capture_replay import ReplayEvidence
 from gpu_demo.guard.protocol.child import ChildError
 from gpu_demo.guard.protocol.child_result import ChildResult
+from gpu_demo.guard.protocol.tolerance import dtype_named
 from gpu_demo.guard.protocol.worker import run_checked
 from gpu_demo.guard.record.dry_run import NOT_SEEN
 from gpu_demo.guard.stochastic import random_ops
-from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
+from gpu_demo.guard.target import Target, TargetError, factory_call, floating_dtype, name_of, portable, resolve
 from simlib.checker import ERROR, Finding, check, format_report
 from simlib.checker.verdict import verdict
 from simlib.glossary import (
@@ -202,7 +203,7 @@ def check_capture(
     replays: int = 3,
     strict: bool = False,
     isolate: bool = True,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     seed: int = 0,
     timeout: float = 600.0,
     kwargs: dict[str, Any] | None = None,
@@ -215,7 +216,10 @@ def check_capture(
                      supply the example inputs
     ``inputs``       example tensors: their shapes and dtypes are the captured static inputs
     ``reference``    computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.guard.differential``)
-    ``dtype``        for factories (default: the first floating input's, else bfloat16)
+    ``dtype``        for factories: a ``torch.dtype`` or a name (``"bfloat16"``, ``"bf16"``, ``"float16"``,
+                     ``"fp16"``, ``"float32"``, ...; ``gpu_demo.guard.protocol.tolerance.dtype_named``);
+                     default: the first floating input's, else the factory's own example inputs' (a
+                     factory without parameters), else bfloat16 (a ``(device, dtype)`` factory)
     ``kwargs``       keyword arguments for the factory: ``check_capture("mod:make", kwargs={"layers": 4})``
     ``fresh_inputs`` ``fresh_inputs(examples, generator) -> inputs``: each replay's new inputs (CPU
                      tensors shaped and typed like ``examples``), for ids, positions or lengths that
@@ -242,12 +246,13 @@ def check_capture(
                           "--input-shape), or pass a factory that returns (fn, example_inputs)")
     if reference is not None:
         resolve(reference)
-    floating = [t.dtype for t in inputs if t.dtype.is_floating_point]
+    if dtype is not None:
+        dtype = dtype_named(dtype)
     send = portable if isolate else resolve
     subject = Subject(
         target=send(fn), name=name_of(fn),
         inputs=tuple(t.detach().cpu() for t in inputs) or None,
-        dtype=dtype or (floating[0] if floating else torch.bfloat16), replays=replays, seed=seed,
+        dtype=dtype or floating_dtype(inputs), replays=replays, seed=seed,
         reference=None if reference is None else send(reference),
         reference_name=None if reference is None else name_of(reference),
         kwargs=dict(kwargs) if kwargs else None,
