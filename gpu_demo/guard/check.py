@@ -106,6 +106,7 @@ class GuardReport:
     ``replay``            the differential replay's evidence (``ran=False`` and why)
     ``findings``          the checker's findings on the recording
     ``recording_error``   the recorder's capture failed with this outcome (``capture_error:<name>``)
+    ``recording_message`` where and with which error (PyTorch's own text) it failed
     ``problem``           the check itself could not be completed (the function failed eagerly,
                           the child died, the reference disagrees with itself); never passes
     """
@@ -118,6 +119,8 @@ class GuardReport:
     recording_error: str | None = None
     problem: str | None = None
     strict: bool = False
+    recording_message: str | None = None
+    """PyTorch's error of the failed recording, and the call it failed in"""
 
     @property
     def rules(self) -> list[str]:
@@ -165,7 +168,8 @@ class GuardReport:
                          "capture: both are shown below; which one you meant, the guard cannot tell")
         lines.append("replay (the proof): " + describe(self.replay))
         if self.recording_error:
-            lines.append(f"recording: the recorder's capture failed: {self.recording_error}")
+            lines.append(f"recording: the recorder's capture failed: {self.recording_error}"
+                         + (f" in {self.recording_message}" if self.recording_message else ""))
         lines.append("checker (the explanation): " + (", ".join(self.rules) or "no findings"))
         if self.verdict == UNORDERED and not self.strict:
             lines.append("unordered fails only with strict=True (CLI: --strict)")
@@ -178,7 +182,8 @@ class GuardReport:
         return {
             "target": self.target, "mode": self.mode, "answer": self.answer, "verdict": self.verdict,
             "passed": self.passed, "strict": self.strict, "rules": self.rules, "codes": self.codes,
-            "recording_error": self.recording_error, "problem": self.problem,
+            "recording_error": self.recording_error, "recording_message": self.recording_message,
+            "problem": self.problem,
             "replay": self.replay.to_dict(), "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -297,6 +302,9 @@ def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
     trace = Trace.from_json(result.trace) if result.trace is not None else None
     findings = check(trace) if trace is not None else []
     recording_error = trace.meta.get("capture_error") if trace is not None else None
+    recording_message = None
+    if recording_error and trace is not None and "capture_error_message" in trace.meta:
+        recording_message = f"{trace.meta['capture_error_call']}: {trace.meta['capture_error_message']}"
     problem = result.child_error.message if result.child_error is not None else None
     replay = result.replay
     if replay is None:
@@ -306,7 +314,8 @@ def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
         replay.stochastic = random_ops(trace)
     verdict, doubt = judge(replay, recording_error, findings)
     return GuardReport(target=name, mode=result.mode or "none", findings=findings, verdict=verdict,
-                       replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict)
+                       replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict,
+                       recording_message=recording_message)
 
 
 def judge(replay: ReplayEvidence, recording_error: str | None, findings: list[Finding]) -> tuple[str | None, str | None]:

@@ -61,6 +61,7 @@ from gpu_demo.guard.protocol.child import Checkpoint
 from gpu_demo.guard.protocol.child_result import ChildResult
 from gpu_demo.guard.protocol.cuda_errors import one_line
 from gpu_demo.guard.protocol.metric import output_error, output_tensors
+from gpu_demo.guard.record.call_site import raised_at
 from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import reseed
 from gpu_demo.guard.target import Built, TargetError, build, unpack
@@ -158,8 +159,10 @@ def _record(subject: Subject) -> tuple[Trace, str]:
         except Exception as exc:
             needs_cuda = device.type == "cpu" and "CUDA" in str(exc)
             hint = "it needs CUDA: check it on a GPU" if needs_cuda else "are the example inputs' shapes and dtypes right?"
-            raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
-                               f"({hint})") from exc
+            site = raised_at(exc)
+            raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture"
+                               + (f", at {site}" if site else "")
+                               + f": {type(exc).__name__}: {one_line(exc)} ({hint})") from exc
         if not output_tensors(out):
             raise TargetError(f"{subject.name} {NO_TENSOR_OUTPUT}")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})

@@ -24,9 +24,12 @@ class RankFinding:
         return {"ranks": list(self.ranks), **self.finding.to_dict()}
 
 
-def format_rank_report(found: Sequence[RankFinding], ranks: Sequence[int]) -> str:
-    """One report for the whole job: each finding headed by the rank(s) it is about."""
+def format_rank_report(found: Sequence[RankFinding], ranks: Sequence[int], none_captured: str | None = None) -> str:
+    """One report for the whole job: each finding headed by the rank(s) it is about.
+    ``none_captured``: no rank captured anything, and this line says so instead of an all-clear."""
     title = f"capture-order check of {plural(len(ranks), 'rank')} ({', '.join(map(str, ranks))}):"
+    if not found and none_captured:
+        return f"{title}\n{none_captured}"
     if not found:
         return f"{title}\nNo capture hazards found on any rank, and the ranks' captured collectives match."
     blocks = []

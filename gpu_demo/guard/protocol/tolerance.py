@@ -23,16 +23,19 @@ SHORT_NAMES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "half": "f
                                "float": "float32"}
 
 
+def dtype_name(text: str) -> str:
+    """The ``DTYPES`` name ``text`` spells (``"bf16"``, ``"torch.float16"``, ``" Float32"``), else ``text``."""
+    name = text.strip().lower().removeprefix("torch.")
+    return SHORT_NAMES.get(name, name)
+
+
 def dtype_named(value: torch.dtype | str) -> torch.dtype:
     """A ``torch.dtype``, or its name: one of ``DTYPES`` (the CLI's ``--dtype``), a ``SHORT_NAMES``
     spelling, or either with ``torch.`` in front; anything else is a ``ValueError`` naming them."""
     if isinstance(value, torch.dtype):
         return value
-    if isinstance(value, str):
-        name = value.strip().lower().removeprefix("torch.")
-        name = SHORT_NAMES.get(name, name)
-        if name in DTYPES:
-            return DTYPES[name]
+    if isinstance(value, str) and dtype_name(value) in DTYPES:
+        return DTYPES[dtype_name(value)]
     raise ValueError(f"dtype {value!r} is not one the guard knows: pass a torch.dtype or one of "
                      f"{', '.join(repr(n) for n in (*DTYPES, *SHORT_NAMES))}")
 
