@@ -168,7 +168,7 @@ class GuardReport:
                          "capture: both are shown below; which one you meant, the guard cannot tell")
         lines.append("replay (the proof): " + describe(self.replay))
         if self.recording_error:
-            lines.append(f"recording: the recorder's capture failed: {self.recording_error}"
+            lines.append(f"recording: failed with {self.recording_error}"
                          + (f" in {self.recording_message}" if self.recording_message else ""))
         lines.append("checker (the explanation): " + (", ".join(self.rules) or "no findings"))
         if self.verdict == UNORDERED and not self.strict:
@@ -176,7 +176,7 @@ class GuardReport:
         if self.mode == "dry_run":
             lines.append(DRY_RUN_LIMIT)
         text = "\n".join(textwrap.fill(line, 100, subsequent_indent="  ") for line in lines)
-        return text + ("\n\n" + format_report(self.findings) if self.findings else "")
+        return text + ("\n\n" + format_report(self.findings, sites=True) if self.findings else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -208,7 +208,7 @@ class CaptureChecker:
         found = [replace(f, label=_renamed(f.label, streams, names), why=_renamed(f.why, streams, names),
                          fix=_renamed(f.fix, streams, names)) for f in found]
         who = f"rank {os.environ['RANK']}: " if "RANK" in os.environ else ""   # one rank of a torchrun job
-        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found)}"
+        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found, sites=True)}"
         report = CaptureReport(-1 if graph is None else graph, tuple(found), text, error)
         self.reports.append(report)
         if not report.fails(self.strict):

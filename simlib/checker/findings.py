@@ -44,13 +44,14 @@ class Finding:
         return {**asdict(self), "pointers": [hex(p) for p in self.pointers]}
 
 
-def format_report(findings: list[Finding]) -> str:
-    """One block per finding, then a one-line summary."""
+def format_report(findings: list[Finding], *, sites: bool = False) -> str:
+    """One block per finding, then a one-line summary; with ``sites``, each head names the user's
+    line (``Finding.site``), as the guard's reports do (a simulated program's lines are its own)."""
     if not findings:
         return "No capture hazards found."
     blocks = []
     for f in findings:
-        where = f" ({f.site})" if f.site else ""
+        where = f" ({f.site})" if sites and f.site else ""
         head = f"{f.severity.upper()} rule {f.rule} ({f.code}) at step {f.step}{where}: {f.label}"
         lines = [head]
         if f.pointers:

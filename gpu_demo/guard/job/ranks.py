@@ -81,7 +81,7 @@ def merged_check(traces: Sequence[Trace]) -> tuple[list[RankFinding], str]:
     found = check_ranks(traces)
     captured = any(type(r) is Capture for t in traces for r in t.records)
     return found, format_rank_report(found, sorted(t.meta["rank"] for t in traces),
-                                     None if captured else no_capture("on any rank"))
+                                     None if captured else no_capture("on any rank"), sites=True)
 
 
 def check_job(trace: Trace, name: str) -> dict[str, Any]:

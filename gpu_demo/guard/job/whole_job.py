@@ -69,7 +69,8 @@ class JobCheck:
         found += [RankFinding(tuple(range(world)), f)
                   for f in collective_mismatches([Trace.from_dict(r["collectives"]) for r in ranks])]
         captured = sum(r["captures"] for r in ranks)
-        self.report = format_rank_report(found, list(range(world)), None if captured else no_capture("on any rank"))
+        self.report = format_rank_report(found, list(range(world)), None if captured else no_capture("on any rank"),
+                                         sites=True)
         print(self.report, file=sys.stderr)
         if os.environ.get(REPORT_ENV):
             with open(os.environ[REPORT_ENV], "w") as out:

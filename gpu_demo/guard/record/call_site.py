@@ -104,8 +104,10 @@ def variable_name(tensor: object) -> str | None:
     for name, value in names.items():
         if value is tensor:
             return name
-    owner = getattr(names.get("self"), "__dict__", {})
-    for attr, value in owner.items():
-        if value is tensor:
-            return f"self.{attr}"
+    owner = names.get("self")
+    attributes = getattr(owner, "__dict__", {})
+    for table in (attributes, attributes.get("_buffers") or {}, attributes.get("_parameters") or {}):
+        for attr, value in table.items():   # plain attributes, then an nn.Module's buffers and parameters
+            if value is tensor:
+                return f"self.{attr}"
     return None

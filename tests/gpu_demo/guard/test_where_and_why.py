@@ -198,3 +198,22 @@ def test_an_output_path_that_cannot_be_written_is_one_line_and_exit_2_before_the
 def test_the_cli_takes_the_short_dtype_names():
     args = build_parser().parse_args(["check", "m:f", "--dtype", "bf16"])
     assert args.dtype == "bfloat16"
+
+
+class DisposesItsBuffer(torch.nn.Module):
+    """A registered buffer emptied under capture: the report calls it ``self.workspace``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("workspace", torch.zeros(4, 16))
+
+    def forward(self, x):
+        self.workspace.copy_(x)
+        if is_capturing():
+            self.workspace.set_(torch.empty((0,), dtype=x.dtype))
+        return x + self.workspace.sum()
+
+
+def test_a_mutated_buffer_is_named_by_its_attribute():
+    report = check_capture(lambda: (DisposesItsBuffer(), (torch.randn(4, 16),)), isolate=False, dtype="float32")
+    assert {f.label for f in report.findings if f.code == HOST_MUTATION.code} == {"self.workspace"}, report.format()
