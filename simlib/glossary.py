@@ -86,6 +86,7 @@ NOT_SAFE = "NOT capture-safe"
 COULD_NOT_CHECK = "could not check"
 NOT_ON_GPU = "NOT CHECKED ON A GPU"
 GUARD_ANSWERS = (NOT_SAFE, COULD_NOT_CHECK, NOT_ON_GPU, PASSED)   # with words(GRAPH_EAGER_DIFFER)
+NO_CAPTURE_SEEN = "no CUDA-graph capture was seen"   # what a check that watched a program says when it captured nothing
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,7 @@ class Mutation(Record):
     new_shape: tuple[int, ...]
     graph: GraphId | None
     why: str = ""
+    site: str = ""      # where the host changed it ("file:line" of the user's line; "" not known)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -268,6 +269,7 @@ class Capture(Record):
     # The generators registered with the graph (``graph.register_generator_state``), which
     # every replay advances; the default CUDA generator is always advanced.
     generators: tuple[str, ...] = ()
+    site: str = ""      # the user's line that began or ended it ("file:line"; "" not known)
 
 
 @dataclass(slots=True, unsafe_hash=True)
@@ -278,6 +280,7 @@ class Replay(Record):
     graph: GraphId
     index: int
     stream: StreamName
+    site: str = ""      # the user's line that replayed it ("file:line"; "" not known)
 
 
 @dataclass(slots=True, unsafe_hash=True)

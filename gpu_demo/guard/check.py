@@ -65,10 +65,11 @@ from gpu_demo.guard.differential import Subject, check_in_child, describe, repla
 from gpu_demo.guard.protocol.capture_replay import ReplayEvidence
 from gpu_demo.guard.protocol.child import ChildError
 from gpu_demo.guard.protocol.child_result import ChildResult
+from gpu_demo.guard.protocol.tolerance import dtype_named
 from gpu_demo.guard.protocol.worker import run_checked
 from gpu_demo.guard.record.dry_run import NOT_SEEN
 from gpu_demo.guard.stochastic import random_ops
-from gpu_demo.guard.target import Target, TargetError, factory_call, name_of, portable, resolve
+from gpu_demo.guard.target import Target, TargetError, factory_call, floating_dtype, name_of, portable, resolve
 from simlib.checker import ERROR, Finding, check, format_report
 from simlib.checker.verdict import verdict
 from simlib.glossary import (
@@ -105,6 +106,7 @@ class GuardReport:
     ``replay``            the differential replay's evidence (``ran=False`` and why)
     ``findings``          the checker's findings on the recording
     ``recording_error``   the recorder's capture failed with this outcome (``capture_error:<name>``)
+    ``recording_message`` where and with which error (PyTorch's own text) it failed
     ``problem``           the check itself could not be completed (the function failed eagerly,
                           the child died, the reference disagrees with itself); never passes
     """
@@ -117,6 +119,8 @@ class GuardReport:
     recording_error: str | None = None
     problem: str | None = None
     strict: bool = False
+    recording_message: str | None = None
+    """PyTorch's error of the failed recording, and the call it failed in"""
 
     @property
     def rules(self) -> list[str]:
@@ -164,20 +168,22 @@ class GuardReport:
                          "capture: both are shown below; which one you meant, the guard cannot tell")
         lines.append("replay (the proof): " + describe(self.replay))
         if self.recording_error:
-            lines.append(f"recording: the recorder's capture failed: {self.recording_error}")
+            lines.append(f"recording: failed with {self.recording_error}"
+                         + (f" in {self.recording_message}" if self.recording_message else ""))
         lines.append("checker (the explanation): " + (", ".join(self.rules) or "no findings"))
         if self.verdict == UNORDERED and not self.strict:
             lines.append("unordered fails only with strict=True (CLI: --strict)")
         if self.mode == "dry_run":
             lines.append(DRY_RUN_LIMIT)
         text = "\n".join(textwrap.fill(line, 100, subsequent_indent="  ") for line in lines)
-        return text + ("\n\n" + format_report(self.findings) if self.findings else "")
+        return text + ("\n\n" + format_report(self.findings, sites=True) if self.findings else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target, "mode": self.mode, "answer": self.answer, "verdict": self.verdict,
             "passed": self.passed, "strict": self.strict, "rules": self.rules, "codes": self.codes,
-            "recording_error": self.recording_error, "problem": self.problem,
+            "recording_error": self.recording_error, "recording_message": self.recording_message,
+            "problem": self.problem,
             "replay": self.replay.to_dict(), "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -202,7 +208,7 @@ def check_capture(
     replays: int = 3,
     strict: bool = False,
     isolate: bool = True,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     seed: int = 0,
     timeout: float = 600.0,
     kwargs: dict[str, Any] | None = None,
@@ -215,7 +221,10 @@ def check_capture(
                      supply the example inputs
     ``inputs``       example tensors: their shapes and dtypes are the captured static inputs
     ``reference``    computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.guard.differential``)
-    ``dtype``        for factories (default: the first floating input's, else bfloat16)
+    ``dtype``        for factories: a ``torch.dtype`` or a name (``"bfloat16"``, ``"bf16"``, ``"float16"``,
+                     ``"fp16"``, ``"float32"``, ...; ``gpu_demo.guard.protocol.tolerance.dtype_named``);
+                     default: the first floating input's, else the factory's own example inputs' (a
+                     factory without parameters), else bfloat16 (a ``(device, dtype)`` factory)
     ``kwargs``       keyword arguments for the factory: ``check_capture("mod:make", kwargs={"layers": 4})``
     ``fresh_inputs`` ``fresh_inputs(examples, generator) -> inputs``: each replay's new inputs (CPU
                      tensors shaped and typed like ``examples``), for ids, positions or lengths that
@@ -242,12 +251,13 @@ def check_capture(
                           "--input-shape), or pass a factory that returns (fn, example_inputs)")
     if reference is not None:
         resolve(reference)
-    floating = [t.dtype for t in inputs if t.dtype.is_floating_point]
+    if dtype is not None:
+        dtype = dtype_named(dtype)
     send = portable if isolate else resolve
     subject = Subject(
         target=send(fn), name=name_of(fn),
         inputs=tuple(t.detach().cpu() for t in inputs) or None,
-        dtype=dtype or (floating[0] if floating else torch.bfloat16), replays=replays, seed=seed,
+        dtype=dtype or floating_dtype(inputs), replays=replays, seed=seed,
         reference=None if reference is None else send(reference),
         reference_name=None if reference is None else name_of(reference),
         kwargs=dict(kwargs) if kwargs else None,
@@ -292,6 +302,9 @@ def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
     trace = Trace.from_json(result.trace) if result.trace is not None else None
     findings = check(trace) if trace is not None else []
     recording_error = trace.meta.get("capture_error") if trace is not None else None
+    recording_message = None
+    if recording_error and trace is not None and "capture_error_message" in trace.meta:
+        recording_message = f"{trace.meta['capture_error_call']}: {trace.meta['capture_error_message']}"
     problem = result.child_error.message if result.child_error is not None else None
     replay = result.replay
     if replay is None:
@@ -301,7 +314,8 @@ def _report(name: str, result: ChildResult, strict: bool) -> GuardReport:
         replay.stochastic = random_ops(trace)
     verdict, doubt = judge(replay, recording_error, findings)
     return GuardReport(target=name, mode=result.mode or "none", findings=findings, verdict=verdict,
-                       replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict)
+                       replay=replay, recording_error=recording_error, problem=problem or doubt, strict=strict,
+                       recording_message=recording_message)
 
 
 def judge(replay: ReplayEvidence, recording_error: str | None, findings: list[Finding]) -> tuple[str | None, str | None]:

@@ -30,7 +30,11 @@ sides read and write the answer as a ``gpu_demo.guard.protocol.child_result.Chil
    is ``reference_spread``, and a reference that disagrees with itself cannot
    blame the capture (``gpu_demo.guard.check``). Every reference run and every
    replay starts from one reseeded generator state, so random ops draw the same
-   numbers in both (``gpu_demo.guard.stochastic``);
+   numbers in both (``gpu_demo.guard.stochastic``). A separate build first lives
+   the captured build's history (``live_warm_up``: the warm-up's calls, then one
+   call per replay), so a step that advances its own state (a KV cache and its
+   counter, running statistics) is compared at the same point of its history
+   (``docs/guard-state.md``);
 4. record a warm-up and a capture of the build of step 1 with
    ``gpu_demo.guard.record.recorder`` (no replay, so the recording cannot fault);
 5. build the function again (the captured instance) and judge it by the one
@@ -46,11 +50,18 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from gpu_demo.guard.protocol.capture_replay import NO_TENSOR_OUTPUT, ReplayEvidence, fresh_like, replay_and_compare
+from gpu_demo.guard.protocol.capture_replay import (
+    NO_TENSOR_OUTPUT,
+    WARM_UP_CALLS,
+    ReplayEvidence,
+    fresh_like,
+    replay_and_compare,
+)
 from gpu_demo.guard.protocol.child import Checkpoint
 from gpu_demo.guard.protocol.child_result import ChildResult
 from gpu_demo.guard.protocol.cuda_errors import one_line
 from gpu_demo.guard.protocol.metric import output_error, output_tensors
+from gpu_demo.guard.record.call_site import raised_at
 from gpu_demo.guard.record.capture import record_capture
 from gpu_demo.guard.stochastic import reseed
 from gpu_demo.guard.target import Built, TargetError, build, unpack
@@ -79,7 +90,8 @@ class Subject:
     """what ``gpu_demo.guard.target.portable`` made of the target (or the object itself, in process)"""
     name: str
     inputs: tuple[torch.Tensor, ...] | None
-    dtype: torch.dtype
+    dtype: torch.dtype | None
+    """``None``: the factory's own (``gpu_demo.guard.target.build``)"""
     replays: int
     seed: int = 0
     reference: Any = None
@@ -147,8 +159,10 @@ def _record(subject: Subject) -> tuple[Trace, str]:
         except Exception as exc:
             needs_cuda = device.type == "cpu" and "CUDA" in str(exc)
             hint = "it needs CUDA: check it on a GPU" if needs_cuda else "are the example inputs' shapes and dtypes right?"
-            raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture: {one_line(exc)} "
-                               f"({hint})") from exc
+            site = raised_at(exc)
+            raise EagerFailure(f"{subject.name} fails when run eagerly, before any capture"
+                               + (f", at {site}" if site else "")
+                               + f": {type(exc).__name__}: {one_line(exc)} ({hint})") from exc
         if not output_tensors(out):
             raise TargetError(f"{subject.name} {NO_TENSOR_OUTPUT}")
         trace = record_capture(built.fn, inputs, replays=0, meta={"target": subject.name})
@@ -187,8 +201,12 @@ def _references(subject: Subject, examples: Sequence[torch.Tensor], device: torc
         reseed(_rng_seed(subject))
         return _clones(fn(*(t.clone() for t in inputs)))
 
+    if built.fresh:
+        live_warm_up(built.fn, examples)
     wanted = [run(built.fn, fresh[0])]
     again = subject.build(device, reference=True).fn if built.fresh else built.fn
+    if built.fresh:
+        live_warm_up(again, examples)
     second = run(again, fresh[0])
     wanted += [run(built.fn, inputs) for inputs in fresh[1:]]
     torch.cuda.synchronize()
@@ -200,6 +218,16 @@ def _references(subject: Subject, examples: Sequence[torch.Tensor], device: torc
     else:
         how = f"{subject.name} itself, run eagerly before the warm-up and the capture"
     return wanted, fresh, how + " on the same fresh inputs", spread
+
+
+def live_warm_up(fn: Callable[..., Any], examples: Sequence[torch.Tensor]) -> None:
+    """Give a reference build the history the captured build has before its first replay: the
+    warm-up's calls on the example inputs (one set of clones, as the warm-up reuses its static
+    buffers). The capture's own call runs no kernel, so the device state it leaves is the
+    warm-up's; every replay is then one call of the reference (``docs/guard-state.md``)."""
+    inputs = [t.clone() for t in examples]
+    for _ in range(WARM_UP_CALLS):
+        fn(*inputs)
 
 
 def describe(evidence: ReplayEvidence) -> str:

@@ -14,6 +14,9 @@ A hazard raises ``AssertionError`` with the report when the block exits
 (``on_hazard="warn"`` warns a ``CaptureHazardWarning`` at once instead,
 pointing at the user's line that ended the capture or replayed the graph;
 ``strict=True`` counts the checker's warnings, the races, as hazards too).
+A block that captured nothing warns ``NoCaptureWarning`` (an ``AssertionError``
+with ``strict=True``), and a whole process says so in one line at exit:
+nothing checked is never an all-clear (``gpu_demo.guard.no_capture``).
 
 ``check_process()`` does the same for every capture until the process ends
 (``CAPTURE_ORDER_CHECK=1``; ``gpu_demo.autocheck`` starts it), with a last
@@ -37,6 +40,7 @@ import functools
 import gc
 import os
 import re
+import sys
 import time
 import warnings
 from contextlib import contextmanager
@@ -45,6 +49,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from gpu_demo.guard.no_capture import NoCaptureWarning, no_capture
 from gpu_demo.guard.protocol.child import run_in_child
 from gpu_demo.guard.protocol.cuda_errors import one_line
 from gpu_demo.guard.record.call_site import user_stacklevel
@@ -53,6 +58,7 @@ from gpu_demo.guard.record.naming import renamed_text
 from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.checker import Finding, IncrementalChecker, format_report
 from simlib.checker.incremental import WINDOW
+from simlib.checker.sites import located
 from simlib.trace import Capture, Replay
 
 ON_HAZARD = ("raise", "warn")
@@ -183,6 +189,8 @@ class CaptureChecker:
         new = records[self._fed:]
         self.captures += sum(type(r) is Capture and r.op == "begin" for r in new)
         found = self.checker.feed(new)
+        if found:
+            found = located(found, new)
         if self.whole_process:
             del records[:]   # fed: the checker keeps what it needs
             self._fed = 0
@@ -200,7 +208,7 @@ class CaptureChecker:
         found = [replace(f, label=_renamed(f.label, streams, names), why=_renamed(f.why, streams, names),
                          fix=_renamed(f.fix, streams, names)) for f in found]
         who = f"rank {os.environ['RANK']}: " if "RANK" in os.environ else ""   # one rank of a torchrun job
-        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found)}"
+        text = f"{who}{what} (capture-order check):\n{failed}{format_report(found, sites=True)}"
         report = CaptureReport(-1 if graph is None else graph, tuple(found), text, error)
         self.reports.append(report)
         if not report.fails(self.strict):
@@ -280,6 +288,11 @@ def capture_checked(*, strict: bool = False, on_hazard: str = "raise", meta: dic
     failed = checker.failures()
     if failed and on_hazard == "raise":
         raise AssertionError("\n\n".join(r.text for r in failed))
+    if not checker.captures:   # nothing was checked: never an all-clear (``gpu_demo.guard.no_capture``)
+        said = no_capture("in the capture_checked() block")
+        if strict:
+            raise AssertionError(said + " (strict=True asks for one)")
+        warnings.warn(said, NoCaptureWarning, stacklevel=user_stacklevel())
 
 
 # -- whole-process checking ---------------------------------------------------------------
@@ -324,3 +337,5 @@ def _at_exit(checker: CaptureChecker) -> None:
     """The process ends: a last check, warning only (an exception at exit would only print)."""
     checker.on_hazard = "warn"
     checker.check_now("when the process ended")
+    if not checker.captures:
+        print(no_capture("in this process"), file=sys.stderr)

@@ -28,7 +28,10 @@ The factory convention (one rule for the API and the CLI):
 A factory returns the callable under test (usually an ``nn.Module``), or a pair
 ``(callable, example_inputs)`` like the corpus programs' ``make(device, dtype)``.
 A factory that takes no device is built under ``with torch.device(device)`` and
-an ``nn.Module`` it returns is moved with ``.to(device, dtype)``. Each build of
+an ``nn.Module`` it returns is moved with ``.to(device, dtype)``, where ``dtype``
+is the one asked for, else that of the example inputs it returns (its floating
+example inputs are cast to an asked-for dtype too), so a float32 factory stays
+float32. Each build of
 a factory is a new instance, made under the same seed, so the eager reference
 can run on its own instance and never touch the captured one's static buffers.
 """
@@ -52,6 +55,9 @@ except ImportError:  # an optional dependency (the gpu extra): without it, only 
 
 Target = str | Callable[..., Any]
 """A ``"module:callable"`` string, or the object itself."""
+
+DEFAULT_DTYPE = torch.bfloat16
+"""What a ``(device, dtype)`` factory is built in when neither ``dtype=`` nor example inputs say."""
 
 
 class TargetError(ValueError):
@@ -162,10 +168,11 @@ def factory_call(obj: Any, kwargs: dict[str, Any] | None = None) -> str | None:
     return "device_dtype" if names[:2] == ["device", "dtype"] else None
 
 
-def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int,
+def build(sent: Any, device: torch.device, dtype: torch.dtype | None, seed: int,
           kwargs: dict[str, Any] | None = None) -> Built:
     """Rebuild the target from what ``portable`` sent, on ``device`` (a new instance for a factory,
-    called with ``kwargs``)."""
+    called with ``kwargs``). ``dtype=None``: a ``(device, dtype)`` factory gets ``DEFAULT_DTYPE``; a
+    factory without parameters keeps its own, the dtype of the example inputs it returns."""
     obj = unpack(sent)
     call = factory_call(obj, kwargs)
     if call is None:
@@ -173,14 +180,23 @@ def build(sent: Any, device: torch.device, dtype: torch.dtype, seed: int,
         return Built(obj, None, fresh=by_value)
     torch.manual_seed(seed)
     if call == "device_dtype":
-        made = obj(device=device, dtype=dtype, **(kwargs or {}))
+        made = obj(device=device, dtype=dtype or DEFAULT_DTYPE, **(kwargs or {}))
     else:
         with torch.device(device):
             made = obj(**(kwargs or {}))
     fn, examples = _split(made, obj)
-    if call == "no_args" and isinstance(fn, nn.Module):
-        fn = fn.to(device=device, dtype=dtype)
+    if call == "no_args":
+        dtype = dtype or floating_dtype(examples or ())
+        if isinstance(fn, nn.Module):
+            fn = fn.to(device=device, dtype=dtype)
+        if examples is not None and dtype is not None:
+            examples = tuple(t.to(dtype) if t.is_floating_point() else t for t in examples)
     return Built(fn, examples, fresh=True)
+
+
+def floating_dtype(tensors: Sequence[torch.Tensor]) -> torch.dtype | None:
+    """The dtype of the first floating tensor, ``None`` when there is none."""
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
 
 
 def _split(made: Any, factory: Any) -> tuple[Callable[..., Any], tuple[torch.Tensor, ...] | None]:

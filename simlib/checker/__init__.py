@@ -172,6 +172,7 @@ from .ranks import RankFinding, format_rank_report
 from .rule_cross_rank import collective_mismatches, rank_of
 from .rule_frozen_state import frozen_state
 from .rules import CAPTURE_FAILED, RULES, Rule
+from .sites import located
 
 __all__ = ["ERROR", "RULES", "WARNING", "Finding", "IncrementalChecker", "RankFinding", "Rule", "check", "check_ranks",
            "format_rank_report", "format_report"]
@@ -184,7 +185,8 @@ def check(trace: Trace) -> list[Finding]:
     findings += frozen_state(checker.index)
     findings += call_rules(calls_of(trace), checker.index)
     findings += checker.finish()
-    return sorted(findings, key=lambda f: (f.rule != CAPTURE_FAILED.number, f.step, f.rule, f.label, f.pointers, f.why))
+    return sorted(located(findings, trace.records),
+                  key=lambda f: (f.rule != CAPTURE_FAILED.number, f.step, f.rule, f.label, f.pointers, f.why))
 
 
 def check_ranks(traces: Sequence[Trace]) -> list[RankFinding]:

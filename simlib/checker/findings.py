@@ -23,7 +23,10 @@ class Finding:
     frozen value (7), the read of an overwritten result (13), the rebind (14),
     the launch captured with a moving view (15), the capture's end (16), the
     random node (17), the replay that read the old input (18). ``pointers`` are
-    the addresses involved; ``why`` and ``fix`` are for a person.
+    the addresses involved; ``why`` and ``fix`` are for a person. ``site`` is the
+    user's ``file:line`` of that step (``simlib.checker.sites``): its record's own,
+    or ``near`` the last line the recording saw before it; ``""`` where none is
+    known (a simulated trace).
     """
 
     rule: int
@@ -34,19 +37,22 @@ class Finding:
     pointers: tuple[DataPtr, ...]
     why: str
     fix: str
+    site: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON; pointers as hex strings (exact in any JSON reader)."""
         return {**asdict(self), "pointers": [hex(p) for p in self.pointers]}
 
 
-def format_report(findings: list[Finding]) -> str:
-    """One block per finding, then a one-line summary."""
+def format_report(findings: list[Finding], *, sites: bool = False) -> str:
+    """One block per finding, then a one-line summary; with ``sites``, each head names the user's
+    line (``Finding.site``), as the guard's reports do (a simulated program's lines are its own)."""
     if not findings:
         return "No capture hazards found."
     blocks = []
     for f in findings:
-        head = f"{f.severity.upper()} rule {f.rule} ({f.code}) at step {f.step}: {f.label}"
+        where = f" ({f.site})" if sites and f.site else ""
+        head = f"{f.severity.upper()} rule {f.rule} ({f.code}) at step {f.step}{where}: {f.label}"
         lines = [head]
         if f.pointers:
             lines.append("  pointers: " + ", ".join(hex(p) for p in f.pointers))

@@ -24,10 +24,11 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
+from gpu_demo.guard.no_capture import no_capture
 from gpu_demo.guard.record.cuda_device import Device
 from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.checker import ERROR, RankFinding, check_ranks, format_rank_report
-from simlib.trace import Trace
+from simlib.trace import Capture, Trace
 
 STORE_PREFIX = "capture_order"
 GATHER_TIMEOUT_S = 300.0
@@ -78,7 +79,9 @@ def _key(name: str) -> str:
 def merged_check(traces: Sequence[Trace]) -> tuple[list[RankFinding], str]:
     """``check_ranks`` over the ranks' traces and the merged report."""
     found = check_ranks(traces)
-    return found, format_rank_report(found, sorted(t.meta["rank"] for t in traces))
+    captured = any(type(r) is Capture for t in traces for r in t.records)
+    return found, format_rank_report(found, sorted(t.meta["rank"] for t in traces),
+                                     None if captured else no_capture("on any rank"), sites=True)
 
 
 def check_job(trace: Trace, name: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import torch.distributed as dist
 
 from gpu_demo.guard.job.ranks import gather_on_rank0, rank_and_world
+from gpu_demo.guard.no_capture import no_capture
 from gpu_demo.guard.process import CaptureChecker, check_process
 from simlib.checker import RankFinding, format_rank_report
 from simlib.checker.findings import Finding
@@ -58,7 +59,8 @@ class JobCheck:
         self._merged = True
         rank, world = rank_and_world()
         mine = {"rank": rank, "collectives": Trace(self.kept, {"rank": rank}).to_dict(),
-                "findings": [f.to_dict() for report in self.checker.reports for f in report.findings]}
+                "findings": [f.to_dict() for report in self.checker.reports for f in report.findings],
+                "captures": self.checker.captures}
         texts = gather_on_rank0("whole_job", json.dumps(mine))
         if texts is None:
             return None
@@ -66,7 +68,9 @@ class JobCheck:
         found = [RankFinding((r["rank"],), _finding(f)) for r in ranks for f in r["findings"]]
         found += [RankFinding(tuple(range(world)), f)
                   for f in collective_mismatches([Trace.from_dict(r["collectives"]) for r in ranks])]
-        self.report = format_rank_report(found, list(range(world)))
+        captured = sum(r["captures"] for r in ranks)
+        self.report = format_rank_report(found, list(range(world)), None if captured else no_capture("on any rank"),
+                                         sites=True)
         print(self.report, file=sys.stderr)
         if os.environ.get(REPORT_ENV):
             with open(os.environ[REPORT_ENV], "w") as out:

@@ -36,7 +36,11 @@ NO_TENSOR_OUTPUT = ("returned no tensor; a replay is judged by comparing its out
                     "so return the output tensor(s)")
 
 
-def warm_up(fn: Callable[[], object], iterations: int = 2) -> None:
+WARM_UP_CALLS = 2
+"""Eager calls before the capture; a stateful reference lives them too (``gpu_demo.guard.differential``)."""
+
+
+def warm_up(fn: Callable[[], object], iterations: int = WARM_UP_CALLS) -> None:
     """Run ``fn`` eagerly ``iterations`` times on a side stream, then wait for it."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -19,6 +19,27 @@ DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
 }
 
+SHORT_NAMES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
+                               "float": "float32"}
+
+
+def dtype_name(text: str) -> str:
+    """The ``DTYPES`` name ``text`` spells (``"bf16"``, ``"torch.float16"``, ``" Float32"``), else ``text``."""
+    name = text.strip().lower().removeprefix("torch.")
+    return SHORT_NAMES.get(name, name)
+
+
+def dtype_named(value: torch.dtype | str) -> torch.dtype:
+    """A ``torch.dtype``, or its name: one of ``DTYPES`` (the CLI's ``--dtype``), a ``SHORT_NAMES``
+    spelling, or either with ``torch.`` in front; anything else is a ``ValueError`` naming them."""
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str) and dtype_name(value) in DTYPES:
+        return DTYPES[dtype_name(value)]
+    raise ValueError(f"dtype {value!r} is not one the guard knows: pass a torch.dtype or one of "
+                     f"{', '.join(repr(n) for n in (*DTYPES, *SHORT_NAMES))}")
+
+
 # Largest relative L2 error (in float32) between a replay and the eager reference that still
 # counts as correct, per dtype name.
 TOLERANCES: dict[str, float] = {"bfloat16": 1e-2, "float16": 2e-3, "float32": 1e-5}

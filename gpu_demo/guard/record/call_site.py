@@ -76,3 +76,38 @@ def user_stacklevel() -> int:
             return level
         frame, level = frame.f_back, level + 1
     return 1
+
+
+def raised_at(exc: BaseException) -> str:
+    """``"file:line"`` of the innermost user frame ``exc``'s traceback went through (the user's line
+    that raised, or called the library that raised), or ``""`` when none was the user's."""
+    site, tb = UNKNOWN, exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        shown = _files[code] if code in _files else _files.setdefault(code, _shown(code))
+        if shown is not None:
+            site = f"{shown}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return site
+
+
+def variable_name(tensor: object) -> str | None:
+    """The name the innermost user frame knows ``tensor`` by: a local variable, else an attribute
+    of its ``self`` (``self.buffer``); ``None`` when it has none there. A look through one frame's
+    locals: for the rare records that name a tensor to a person (a mutation), not for every op."""
+    frame = sys._getframe(1)
+    while frame is not None and _files.setdefault(frame.f_code, _shown(frame.f_code)) is None:
+        frame = frame.f_back
+    if frame is None:
+        return None
+    names = frame.f_locals
+    for name, value in names.items():
+        if value is tensor:
+            return name
+    owner = names.get("self")
+    attributes = getattr(owner, "__dict__", {})
+    for table in (attributes, attributes.get("_buffers") or {}, attributes.get("_parameters") or {}):
+        for attr, value in table.items():   # plain attributes, then an nn.Module's buffers and parameters
+            if value is tensor:
+                return f"self.{attr}"
+    return None

@@ -20,11 +20,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from gpu_demo.guard.protocol import capture_replay
-from gpu_demo.guard.protocol.cuda_errors import classify_capture_failure, first_error
+from gpu_demo.guard.protocol.cuda_errors import classify_capture_failure, first_error, one_line
+from gpu_demo.guard.record.call_site import raised_at
 from gpu_demo.guard.record.cuda_device import cpu_device, cuda_device
 from gpu_demo.guard.record.dry_run import dry_capture
 from gpu_demo.guard.record.recorder import CaptureRecorder
-from simlib.trace import Trace
+from simlib.trace import Call, Trace
 
 # Warm-up calls recorded before the capture's call: two, so that a value (a host scalar,
 # a freshly copied input) that changes every call shows as changing before the capture
@@ -106,8 +107,24 @@ def _call(recorder: CaptureRecorder, index: int, phase: str, fn: Callable[..., A
 
 
 def _failed(trace: Trace, exc: BaseException) -> Trace:
-    trace.meta["capture_error"] = classify_capture_failure(first_error(exc))
+    """The outcome (``meta["capture_error"]``), PyTorch's own words and the call that failed."""
+    first = first_error(exc)
+    trace.meta["capture_error"] = classify_capture_failure(first)
+    trace.meta["capture_error_message"] = f"{type(first).__name__}: {one_line(first)}"
+    site = raised_at(first)
+    trace.meta["capture_error_call"] = _failing_call(trace) + (f", at {site}" if site else "")
     return trace
+
+
+def _failing_call(trace: Trace) -> str:
+    """Which call of the recording failed: the last one that began."""
+    begun = [c for c in trace.of(Call) if c.op == "begin"]
+    if not begun:
+        return "the first warm-up call"
+    if begun[-1].phase == "capture":
+        return "the capture's call"
+    return (f"warm-up call {begun[-1].index + 1} of {RECORDED_WARMUPS}, on the same input buffers as the call "
+            "before it (does the function change its own inputs?)")
 
 
 def _refresh(inputs: Sequence[torch.Tensor], warm_values: Sequence[torch.Tensor], how: str,

@@ -30,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from gpu_demo.guard.protocol.cuda_errors import cuda_error_name, first_error, one_line
 from gpu_demo.guard.record.annotate import MAIN
+from gpu_demo.guard.record.call_site import user_site
 from gpu_demo.guard.record.handles import HandleTable
 from gpu_demo.guard.record.journal import Journal
 from gpu_demo.guard.record.ledger import AllocationLedger
@@ -126,7 +127,7 @@ class CaptureBook:
 
     def replay(self, graph: int, index: int) -> None:
         self._replays[graph] = index + 1
-        self._journal.emit(Replay, graph=graph, index=index, stream=self._order.stream())
+        self._journal.emit(Replay, graph=graph, index=index, stream=self._order.stream(), site=user_site())
         for callback in self.replayed:
             callback(graph)
 
@@ -158,7 +159,7 @@ class CaptureBook:
         journal, ledger = self._journal, self._ledger
         ledger.unclaimed()   # blocks taken before the capture are not its pool's
         graph = next(self._graph_ids)
-        journal.emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool)
+        journal.emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool, site=user_site())
         self.open = OpenCapture(graph, inputs, by_hand, cuda_graph, pool)
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
@@ -184,7 +185,7 @@ class CaptureBook:
         self.leave_dispatch()
         message = None if error is None else one_line(first_error(error))
         journal.emit(Capture, op="end", graph=opened.graph, stream=MAIN if opened.by_hand else self._order.stream(),
-                     inputs=opened.inputs, error=message, pool=opened.pool)
+                     inputs=opened.inputs, error=message, pool=opened.pool, site=user_site())
         for callback in self.capture_ended:
             callback(opened.graph)
 

@@ -20,6 +20,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from gpu_demo.guard.record import annotate, tensor_reads
+from gpu_demo.guard.record.call_site import user_site, variable_name
 from gpu_demo.guard.record.cuda_device import block_bytes
 from gpu_demo.guard.record.handles import HandleTable
 from gpu_demo.guard.record.host_reads import HostReadWatch
@@ -85,13 +86,15 @@ class MutationWatch:
         """A ``Mutation`` of ``tensor`` from ``old`` (pointer, elements, shape) to what it is now."""
         journal = self._journal
         handle = self._handles.handle(tensor)
+        if handle.label == f"t{handle.id}" and (name := variable_name(tensor)):   # no label(): the user's own name
+            self._handles.named(tensor, name)
         new = (tensor.data_ptr(), _numel(tensor), tuple(_shape(tensor)))
         handle.seen = new
         journal.emit(
             Mutation, op=op, tensor=handle.id, label=handle.label,
             old_ptr=old[0], old_numel=old[1], old_shape=tuple(old[2]),
             new_ptr=new[0], new_numel=new[1], new_shape=new[2],
-            graph=journal.graph, why=annotate.current_why() or why or "",
+            graph=journal.graph, why=annotate.current_why() or why or "", site=user_site(),
         )
         if journal.graph is not None:
             self._mutated.add(handle.id)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from gpu_demo.guard.protocol.tolerance import DTYPES
+from gpu_demo.guard.protocol.tolerance import DTYPES, dtype_name
 from gpu_demo.lab.cli.common import (
     cannot_write,
     default_path,
@@ -49,7 +49,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     check.add_argument("target", help="module:callable (a function, a class or a factory; see gpu_demo.guard.target)")
     check.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="D0,D1,...",
                        help="shape of one example input (repeat for several inputs; random values)")
-    check.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of inputs and factories")
+    check.add_argument("--dtype", type=dtype_name, choices=tuple(DTYPES), default="bfloat16",
+                       help="dtype of inputs and factories (bf16, fp16 and fp32 are taken too)")
     check.add_argument("--replays", type=positive_int, default=3, help="replays with fresh inputs")
     check.add_argument("--reference", help="module:callable computing the right answer eagerly (default: the target)")
     check.add_argument("--strict", action="store_true", help="fail on races (verdict unordered) too")
@@ -136,6 +137,9 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"gpu_demo corpus: unknown program(s) {', '.join(unknown)}; the programs are: "
               + ", ".join(corpus.PROGRAMS), file=sys.stderr)
         return 2
+    refused = refuse_unwritable("corpus", args, "out")
+    if refused is not None:
+        return refused
     if no_cuda("corpus"):
         return 2
     results = runner.run_corpus(names, jobs=args.jobs, dtype=args.dtype, replays=args.replays,
@@ -149,6 +153,9 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
 def _overhead(args: argparse.Namespace, argv: list[str]) -> int:
     from gpu_demo.lab.measure.overhead import run_dry_overhead, run_overhead
 
+    refused = refuse_unwritable("recorder-overhead", args, "out")
+    if refused is not None:
+        return refused
     if args.dry_run:
         try:
             results = run_dry_overhead(layers=args.layers, repeats=args.repeats)

@@ -46,18 +46,27 @@ def refuse_unwritable(command: str, args: argparse.Namespace, *flags: str) -> in
     return None
 
 
-def unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written, checked before a long run rather than after it."""
+def unwritable(path: Path, *, try_it: bool = True) -> str | None:
+    """Why ``path`` cannot be written, checked before a long run rather than after it. A missing
+    folder is an error, never created: a typo must not leave a folder behind (``/nonexistent/r.json``).
+    A new file is tried for real (made and removed; ``try_it=False`` where several processes ask at
+    once): ``os.access`` says yes to root under ``/proc``."""
     if path.is_dir():
         return "it is a directory"
     if path.exists():
         return None if os.access(path, os.W_OK) else "permission denied"
-    folder = path.parent
-    while not folder.exists():       # write_result creates missing folders: find where it would start
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is not a directory"
-    return None if os.access(folder, os.W_OK) else f"permission denied in {folder}"
+    if not path.parent.exists():
+        return f"its folder {path.parent} does not exist (create it first)"
+    if not path.parent.is_dir():
+        return f"{path.parent} is not a directory"
+    if not try_it:
+        return None if os.access(path.parent, os.W_OK) else f"permission denied in {path.parent}"
+    try:
+        path.open("x").close()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    path.unlink()
+    return None
 
 
 def refuse_overwrite(command: str, args: argparse.Namespace, defaults: dict[str, Path]) -> int | None:
@@ -91,6 +100,6 @@ def default_path(kind: str) -> Path:
 
 
 def write_result(path: Path, argv: list[str], payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """``payload`` with provenance as JSON at ``path``, whose folder exists (``unwritable``)."""
     path.write_text(json.dumps({"provenance": provenance(argv), **payload}, indent=1) + "\n")
     print(f"wrote {path}")

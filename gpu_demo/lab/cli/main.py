@@ -378,7 +378,6 @@ def _record(args: argparse.Namespace, config: MoEConfig, settings: RunSettings, 
 
         trace.meta["provenance"] = provenance(argv)
         try:
-            args.trace_out.parent.mkdir(parents=True, exist_ok=True)
             args.trace_out.write_text(trace.to_json(indent=1))
         except OSError as exc:
             return cannot_write("record", "trace_out", args.trace_out, exc.strerror or str(exc))

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from gpu_demo.guard.job import whole_job
+from gpu_demo.lab.cli.common import unwritable
 from gpu_demo.lab.distributed.run import run_job
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import DEVICES, RunSettings
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tp < 1 or args.replays < 1:
         print("--tp and --replays must be at least 1", file=sys.stderr)
         return 2
+    if args.out is not None and (why := unwritable(args.out, try_it=False)):   # every rank asks
+        print(f"cannot write --out {args.out}: {why}", file=sys.stderr)
+        return 2
     try:
         settings = RunSettings(dtype=args.dtype, device=args.device)
         base = MoEConfig(replays=args.replays, layers=args.layers, tokens=args.tokens, hidden=args.hidden,
@@ -91,7 +95,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:30s} guard {'clean' if case['guard']['clean'] else 'HAZARD'} "
                   f"{[code for _, code in case['guard']['rules']]} {truth}")
         if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
             print(f"wrote {args.out}")
     dist.destroy_process_group()

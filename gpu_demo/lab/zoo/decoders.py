@@ -88,12 +88,18 @@ def forward(name: str, device: torch.device, dtype: torch.dtype) -> tuple[Prompt
     return PromptForward(_model(name, device, dtype)), (token_ids((BATCH, PROMPT), VOCAB, device),)
 
 
-def decode(name: str, device: torch.device, dtype: torch.dtype) -> tuple[DecodeStep, tuple[torch.Tensor, ...]]:
+def prefilled(name: str, device: torch.device, dtype: torch.dtype) -> tuple[PreTrainedModel, StaticCache]:
+    """The model and a ``StaticCache`` a prompt of ``PROMPT`` tokens filled (its counter at ``PROMPT``)."""
     model = _model(name, device, dtype)
     cache = StaticCache(config=model.config, max_cache_len=MAX_CACHE)
     prompt = token_ids((BATCH, PROMPT), VOCAB, device)
     with torch.no_grad():
         model(prompt, past_key_values=cache, use_cache=True, cache_position=torch.arange(PROMPT, device=device))
+    return model, cache
+
+
+def decode(name: str, device: torch.device, dtype: torch.dtype) -> tuple[DecodeStep, tuple[torch.Tensor, ...]]:
+    model, cache = prefilled(name, device, dtype)
     step = token_ids((BATCH, 1), VOCAB, device)
     return DecodeStep(model, cache), (step, torch.tensor([PROMPT], device=device))
 

@@ -20,6 +20,7 @@ from gpu_fakes import ALT, FakeGraph, cuda_graph, fake_graph_methods, fork, join
 from gpu_demo import CaptureHazardWarning, capture_checked  # noqa: E402
 from gpu_demo.guard.autocheck import main, mode_from  # noqa: E402
 from gpu_demo.guard.record import patches  # noqa: E402
+from simlib.glossary import NO_CAPTURE_SEEN  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -277,7 +278,9 @@ def test_the_module_runs_a_script_exactly_as_python_does(code, tmp_path):
 def test_an_uncaught_exception_exits_1_with_the_scripts_own_traceback(tmp_path):
     (tmp_path / "broken.py").write_text("def go():\n    raise KeyError('boom')\ngo()\n")
     done = _run(["-m", "gpu_demo.autocheck", "broken.py"], None, tmp_path)
-    assert done.returncode == 1 and done.stderr.strip().endswith("KeyError: 'boom'")
+    *traceback, said = done.stderr.strip().splitlines()   # then the check's own line: it saw no capture
+    assert done.returncode == 1 and traceback[-1] == "KeyError: 'boom'"
+    assert said.startswith(f"capture-order check: {NO_CAPTURE_SEEN} in this process: ")
     assert 'broken.py", line 3' in done.stderr and "autocheck" not in done.stderr
 
 

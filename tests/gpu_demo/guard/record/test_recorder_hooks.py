@@ -316,13 +316,13 @@ def test_a_storage_resized_to_nothing_is_a_mutation_of_its_tensor_and_a_free(str
         patches.record_triton_launch("reader", [("t", t)])
     (mutation,) = recorder.trace.of(Mutation)
     assert (mutation.op, mutation.label, mutation.old_ptr, mutation.new_ptr) == (
-        "untyped_storage().resize_", "t2", old, 0)
+        "untyped_storage().resize_", "t", old, 0)   # the variable's own name: no label() gave it one
     assert mutation.new_shape == mutation.old_shape == (4, 8)
     (free,) = recorder.trace.of(Free)
     assert (free.ptr, free.nbytes) == (old, 128)
     reader = graph_launches(recorder.trace)[-1]
     assert (reader.args[0].ptr, reader.args[0].numel, reader.args[0].storage_nbytes) == (0, 32, 0)
-    assert {(1, "t2"), (2, "t2")} <= {(f.rule, f.label) for f in check(recorder.trace)}
+    assert {(1, "t"), (2, "t")} <= {(f.rule, f.label) for f in check(recorder.trace)}
     assert "resize_" not in torch.UntypedStorage.__dict__
 
 

@@ -73,10 +73,13 @@ def test_an_unwritable_trace_out_is_one_line_and_exit_2(tmp_path, capsys, where,
     assert line.startswith(f"gpu_demo record: cannot write --trace-out {target}: ") and why in line
 
 
-def test_a_trace_out_in_a_new_folder_is_written(tmp_path, capsys):
+def test_a_trace_out_in_a_missing_folder_is_one_line_and_exit_2_and_no_folder_is_made(tmp_path, capsys):
     target = tmp_path / "new" / "trace.json"
-    main(["record", "--dry-run", "--dispose", "skip_in_capture", "--trace-out", str(target)])
-    assert target.read_text().startswith("{")
+    assert main(["record", "--dry-run", "--dispose", "skip_in_capture", "--trace-out", str(target)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"gpu_demo record: cannot write --trace-out {target}: "
+                    f"its folder {target.parent} does not exist (create it first)")
+    assert not target.parent.exists()
 
 
 def test_a_closed_pipe_ends_the_output_quietly():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from simlib.glossary import NO_CAPTURE_SEEN
+
 REPO = Path(__file__).resolve().parents[4]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 SMALL = ["--dtype", "float32", "--tokens", "4", "--hidden", "32", "--intermediate", "48", "--experts", "4"]
@@ -81,6 +83,25 @@ def test_the_whole_job_check_merges_the_ranks_on_rank_0(tmp_path, fixed):
         assert "[ranks 0, 1] ERROR rule 12 (collective_mismatch)" in text and "rank 1: nothing" in text
         assert done.returncode != 0
         assert "rank 0: capture of graph 0 (capture-order check)" in done.stderr   # each rank's own warning
+
+
+NOTHING_CAPTURED = textwrap.dedent('''
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    x = torch.ones(4)
+    dist.all_reduce(x)
+    dist.destroy_process_group()
+''')
+
+
+def test_a_job_that_captured_nothing_says_so_instead_of_an_all_clear(tmp_path):
+    (tmp_path / "job.py").write_text(NOTHING_CAPTURED)
+    report = tmp_path / "report.txt"
+    done = torchrun("-m", "gpu_demo.distributed", "check", str(tmp_path / "job.py"), env={"CAPTURE_ORDER_REPORT": str(report)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    title, said = report.read_text().splitlines()
+    assert title == "capture-order check of 2 ranks (0, 1):"
+    assert said.startswith(f"capture-order check: {NO_CAPTURE_SEEN} on any rank: there is no CUDA device here")
 
 
 RANKS_CHECKED = textwrap.dedent('''
