@@ -116,6 +116,13 @@ FAMILY = [   # (hazardous, fixed twin): the names the simulator's twins use too
     ("custom_op_set_empty", "fix_custom_op_set_skipped_in_capture"),
     ("serve_output_read_after_other_bucket", "serve_vllm_buckets"),
     ("serve_static_input_rebuilt", "serve_vllm_buckets"),
+    ("weights_rebound_after_sync", "fix_weights_copied_in_place"),
+    ("logits_kept_without_clone", "fix_logits_cloned"),
+    ("view_sliced_by_host_length", "fix_length_in_device_tensor"),
+    ("host_counter_in_capture", "fix_counter_on_device"),
+    ("generator_not_registered", "fix_generator_registered"),
+    ("drafter_shared_pool", "fix_drafter_output_copied"),
+    ("op_between_pieces_fresh", "fix_op_writes_static_input"),
 ]
 
 
@@ -124,7 +131,7 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
     assert corpus.load(hazardous).EXPECTED == corpus.HAZARDOUS and corpus.load(fixed).EXPECTED == corpus.SAFE
     assert corpus.is_script(hazardous) == corpus.is_script(fixed)
     assert hazardous in corpus.load(fixed).__doc__ or hazardous.endswith("_empty")
-    cited = re.compile(r"(vLLM|SGLang|FlashInfer|TensorRT-LLM|transformers) #\d+|DeepSpeed|custom_op")
+    cited = re.compile(r"(vLLM|SGLang|FlashInfer|TensorRT-LLM|transformers|PyTorch|Megatron-LM) #\d+|DeepSpeed|custom_op")
     assert cited.search(corpus.load(hazardous).__doc__), hazardous
 
 
