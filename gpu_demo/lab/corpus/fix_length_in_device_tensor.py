@@ -1,12 +1,13 @@
-"""Fix: the sequence lengths live in a device tensor, and attention masks past them (transformers #45274).
+"""Fix: the positions live in a device tensor the graph reads, and the tables are gathered by it
+(transformers #45274).
 
-The twin of ``view_sliced_by_host_length``: attention reads the whole static
-cache and each query's length from a device tensor the caller fills before
-every call and replay (a static input, like ``cache_position``), and masks the
-positions past it. The views a launch gets are the same in every call; what
-changes is data the graph reads.
+The twin of ``view_sliced_by_host_length``: each token's position comes from
+a device tensor the caller fills before every call and replay (a static
+input, like ``cache_position``), and the rotary tables are gathered with it
+(``index_select``). The tensors a launch gets are the same in every call;
+what changes is data the graph reads.
 
-Safe: replays attend over each query's current prefix, as eager does.
+Safe: replays rotate by each token's current position, as eager does.
 """
 
 import torch
@@ -15,19 +16,24 @@ EXPECTED = "safe"
 TOKENS, HIDDEN, MAX_LEN, START = 4, 256, 64, 8
 
 
-class Attention(torch.nn.Module):
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class Rotary(torch.nn.Module):
     def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.register_buffer("k_cache", torch.randn(MAX_LEN, HIDDEN, device=device, dtype=dtype))
-        self.register_buffer("v_cache", torch.randn(MAX_LEN, HIDDEN, device=device, dtype=dtype))
-        self.register_buffer("positions", torch.arange(MAX_LEN, device=device))
+        angles = torch.arange(MAX_LEN, device=device)[:, None] / 10_000 ** (
+            torch.arange(HIDDEN, device=device) % (HIDDEN // 2) / (HIDDEN // 2))
+        self.register_buffer("cos", angles.cos().to(dtype))
+        self.register_buffer("sin", angles.sin().to(dtype))
 
-    def forward(self, q: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        scores = q @ self.k_cache.T / HIDDEN**0.5
-        past = self.positions[None, :] >= lengths[:, None]   # each query's positions past its length
-        return torch.softmax(scores.masked_fill(past, float("-inf")), dim=-1) @ self.v_cache
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)   # on the device
+        return x * cos + rotate_half(x) * sin
 
 
-def make(device: torch.device, dtype: torch.dtype) -> tuple[Attention, tuple[torch.Tensor, torch.Tensor]]:
-    lengths = torch.linspace(START, MAX_LEN, TOKENS, device=device).long()   # fresh lengths keep within it
-    return Attention(device, dtype), (torch.randn(TOKENS, HIDDEN, device=device, dtype=dtype), lengths)
+def make(device: torch.device, dtype: torch.dtype) -> tuple[Rotary, tuple[torch.Tensor, torch.Tensor]]:
+    positions = torch.arange(START, START + TOKENS, device=device)   # fresh positions keep within them
+    return Rotary(device, dtype), (torch.randn(TOKENS, HIDDEN, device=device, dtype=dtype), positions)
