@@ -53,7 +53,7 @@ def test_a_program_imports_nothing_from_this_project_and_says_why_it_is_what_it_
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
-    assert imported <= {"torch", "triton", "functools"}, imported
+    assert imported <= {"torch", "triton", "functools", "transformers"}, imported
     program = corpus.load(name)
     assert program.EXPECTED in (corpus.HAZARDOUS, corpus.SAFE)
     assert ("\nHazardous" if program.EXPECTED == corpus.HAZARDOUS else "\nSafe") in program.__doc__
@@ -123,6 +123,7 @@ FAMILY = [   # (hazardous, fixed twin): the names the simulator's twins use too
     ("generator_not_registered", "fix_generator_registered"),
     ("drafter_shared_pool", "fix_drafter_output_copied"),
     ("op_between_pieces_fresh", "fix_op_writes_static_input"),
+    ("hf_sliding_window_decode", "hf_full_attention_decode"),
 ]
 
 
@@ -150,6 +151,16 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
 ])
 def test_each_new_construct_is_in_the_program_named_for_it(construct, name):
     assert construct in code(name)
+
+
+def test_the_hugging_face_loops_import_transformers_only_when_they_run():
+    for name in ("hf_sliding_window_decode", "hf_full_attention_decode"):
+        tree = ast.parse(source(name))
+        top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        assert all(a.name != "transformers" for node in top for a in node.names) and "transformers" in code(name)
+    assert corpus.load("hf_full_attention_decode").SLIDING_WINDOW is None
+    loop = corpus.load("hf_sliding_window_decode")   # captured before the window fills, replayed past it
+    assert loop.PROMPT + loop.EAGER_STEPS + 1 < loop.SLIDING_WINDOW < loop.PROMPT + loop.EAGER_STEPS + loop.STEPS
 
 
 def test_the_safe_programs_cover_event_fork_join_three_streams_and_reduce_overhead():
