@@ -61,13 +61,22 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
             except ValueError:   # an empty cell
                 continue
     else:
-        state = getattr(obj, "__dict__", None)
-        if isinstance(state, dict):
+        state = _state_of(obj)
+        if state is not None:
             for attr, value in list(state.items()):
                 if attr == "_modules" and isinstance(value, dict):
                     yield from ((f".{name}", m) for name, m in value.items())
                 elif not attr.startswith("__"):
                     yield f".{attr}", value
+
+
+def _state_of(obj: Any) -> dict[str, Any] | None:
+    """``obj.__dict__``, or ``None`` where it has none (or a proxy refuses to say)."""
+    try:
+        state = object.__getattribute__(obj, "__dict__")
+    except Exception:   # no __dict__ (slots, C types), or a proxy's own error: nothing to note
+        return None
+    return state if isinstance(state, dict) else None
 
 
 def _capturing_frames(frame: FrameType | None) -> Iterator[FrameType]:
@@ -113,6 +122,6 @@ class HostSnapshot:
         """A ``HostState`` for each noted value that differs now; the snapshot is dropped."""
         noted, self._noted = self._noted, []
         for obj, path, attr, before in noted:
-            after = getattr(obj, "__dict__", {}).get(attr, before)
+            after = (_state_of(obj) or {}).get(attr, before)
             if type(after) in (int, bool) and after != before:
                 journal.emit(HostState, graph=graph, owner=path, attr=attr, before=repr(before), after=repr(after))
