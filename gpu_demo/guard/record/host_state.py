@@ -11,7 +11,8 @@ items, closures, bound methods' owners), and at capture end writes a
 ``HostState`` for each one that changed.
 
 What is not the program's is not walked: torch's objects other than modules,
-the guard's and the simulator's own; the walk stops after ``MAX_OBJECTS``
+a module's own bookkeeping (its hooks, parameters and buffers), the guard's
+and the simulator's objects; the walk stops after ``MAX_OBJECTS``
 objects or ``MAX_DEPTH`` steps from a frame. An attribute set on an object
 the capture created, or on one reached only through a global, is not seen.
 """
@@ -34,14 +35,21 @@ MAX_FRAMES = 12          # frames above the capture's begin whose locals are wal
 _NOT_THE_PROGRAMS = ("torch", "gpu_demo.guard", "simlib", "builtins", "typing", "collections", "functools",
                      "threading", "weakref", "types", "contextlib", "_thread")
 _CONTAINERS = (list, tuple, dict, set, frozenset)
+_LEAVES = frozenset({int, bool, float, complex, str, bytes, type(None), torch.Tensor, torch.nn.Parameter})
+# What every module's ``__dict__`` holds for torch (hooks, parameters, buffers): not the program's state.
+_MODULE_INTERNALS = frozenset(torch.nn.Module().__dict__) - {"_modules", "training"}
+_walked_types: dict[type, bool] = {}   # a type -> are its objects walked (``_walked``)
 
 
-def _walked(obj: Any) -> bool:
-    """Is ``obj`` the program's own (its attributes may be host state), or a module of it?"""
-    if isinstance(obj, torch.nn.Module):
-        return True
-    module = type(obj).__module__ or ""
-    return not any(module == p or module.startswith(p + ".") for p in _NOT_THE_PROGRAMS)
+def _walked(kind: type) -> bool:
+    """Are objects of ``kind`` the program's own (their attributes may be host state), or its modules?"""
+    known = _walked_types.get(kind)
+    if known is None:
+        module = kind.__module__ or ""
+        known = issubclass(kind, torch.nn.Module) or issubclass(kind, _CONTAINERS + (MethodType, FunctionType)) \
+            or not any(module == p or module.startswith(p + ".") for p in _NOT_THE_PROGRAMS)
+        _walked_types[kind] = known
+    return known
 
 
 def _children(obj: Any) -> Iterator[tuple[str, Any]]:
@@ -60,14 +68,20 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
                 yield f"<{name}>", cell.cell_contents
             except ValueError:   # an empty cell
                 continue
+    elif isinstance(obj, (set, frozenset)):
+        return
     else:
         state = _state_of(obj)
-        if state is not None:
-            for attr, value in list(state.items()):
-                if attr == "_modules" and isinstance(value, dict):
-                    yield from ((f".{name}", m) for name, m in value.items())
-                elif not attr.startswith("__"):
-                    yield f".{attr}", value
+        if state is None:
+            return
+        module = isinstance(obj, torch.nn.Module)
+        for attr, value in list(state.items()):
+            if module and attr in _MODULE_INTERNALS:
+                continue
+            if attr == "_modules" and type(value) is dict:
+                yield from ((f".{name}", m) for name, m in value.items())
+            elif not attr.startswith("__"):
+                yield f".{attr}", value
 
 
 def _state_of(obj: Any) -> dict[str, Any] | None:
@@ -104,17 +118,19 @@ class HostSnapshot:
         noted: list[tuple[Any, str, str, int | bool]] = []
         while queue and len(seen) < MAX_OBJECTS:
             obj, path, depth = queue.popleft()
-            if id(obj) in seen or type(obj) in (int, bool, float, str, bytes) or obj is None:
+            kind = type(obj)
+            if kind in _LEAVES or id(obj) in seen or not _walked(kind):
                 continue
             seen.add(id(obj))
             if isinstance(obj, torch.nn.Module):
                 self.module_names.setdefault(id(obj), path)
-            if not isinstance(obj, _CONTAINERS + (MethodType, FunctionType)) and not _walked(obj):
-                continue
+            container = issubclass(kind, _CONTAINERS)
             for how, child in _children(obj):
-                if type(child) in (int, bool) and how.startswith(".") and not isinstance(obj, _CONTAINERS):
-                    noted.append((obj, path, how[1:], child))
-                elif depth < MAX_DEPTH:
+                leaf = type(child)
+                if leaf is int or leaf is bool:
+                    if not container and how[0] == ".":
+                        noted.append((obj, path, how[1:], child))
+                elif depth < MAX_DEPTH and leaf not in _LEAVES:
                     queue.append((child, f"{path}{how}", depth + 1))
         self._noted = noted
 
