@@ -33,6 +33,13 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
   the caching allocator's 512 bytes), synchronizations ``HostSync`` records;
 * each captured launch lists the launches it depends on: the previous launch
   on its stream plus whatever its stream waited for through events.
+* at a capture's end, a ``HostState`` for each host int or flag the captured
+  call changed on an object the capturing code reaches
+  (``gpu_demo.guard.record.host_state``); the generators registered with the
+  graph in its ``Capture`` end record, and a random op's generator in its
+  launch's scalars (``generators``); once a graph exists, a ``Rebind`` when a
+  module's tensor attribute is made to name another tensor (``rebinds``);
+  the elements of a tensor-list argument name their list (``Arg.element_of``).
 
 The mode is thin, as PyTorch's CUDA sanitizer's is: it freezes each op's
 arguments and writes its launch (the per-op path, with what it would call
