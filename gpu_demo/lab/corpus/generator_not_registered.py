@@ -6,15 +6,16 @@ tensor-parallel region draws from the model-parallel RNG tracker's own
 ``torch.Generator``, not the default one, and the step is captured without
 ``graph.register_generator_state`` for it. A graph advances the default
 generator and the registered ones on every replay; the threads report the
-other kind frozen into the capture (every replay drawing the capture's mask)
-or, on PyTorch 2.4 and later, refused at capture ("Attempt to increase offset
-for a CUDA generator not in capture mode"). The H200 run says which this
-PyTorch does. The truth reseeds the generator before each replay and before
-the eager step it is compared with, so a graph that advances it draws the
-eager step's mask.
+other kind frozen into the capture, every replay drawing the capture's mask.
+PyTorch 2.4 and later refuse instead: a draw from a CUDA generator not
+registered with the capturing graph raises ("Attempt to increase offset for
+a CUDA generator not in capture mode", ``CUDAGeneratorState::increase``). The
+truth reseeds the generator before each replay and before the eager step it
+is compared with, so a graph that advances it draws the eager step's mask.
 
-Hazardous: the replays do not draw what eager draws from the same generator
-state (``silent_wrong``), or the capture fails; checker rule 17
+Hazardous: on PyTorch 2.4 and later the capture fails, and checker rule 0
+(``capture_failed``) reports torch's error; where a capture goes through,
+every replay draws the capture's mask (``silent_wrong``), and rule 17
 (``unregistered_generator``) names the generator the dropout node draws from.
 """
 
