@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, streams  # noqa: E402
 
+from gpu_demo import CaptureHazardWarning  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
 from simlib.checker.rules import (  # noqa: E402
     HOST_STATE_BRANCH,
@@ -44,7 +45,8 @@ def test_a_weight_sync_that_rebinds_a_parameter_is_reported_at_the_replay_after_
             policy(x)
         reference = policy.weight                                  # the trainer's KL reference: kept alive
         policy.weight = torch.nn.Parameter(reference + 0.1)       # the sync: a new tensor
-        torch.cuda.CUDAGraph.replay(graph)
+        with pytest.warns(CaptureHazardWarning, match=WEIGHTS_REBOUND.code):
+            torch.cuda.CUDAGraph.replay(graph)
     assert found(checker) == [("replay #0 of graph 0", WEIGHTS_REBOUND.code)]
 
 
@@ -99,8 +101,9 @@ def test_logits_kept_over_replays_and_stacked_are_read_after_the_replays_that_re
             hidden.copy_(torch.full((2, 16), float(step)))
             torch.cuda.CUDAGraph.replay(graph)
             scores.append(logits)                                  # no clone
-        torch.stack(scores)
-        checker.check_now()
+        with pytest.warns(CaptureHazardWarning, match=OUTPUT_OVERWRITTEN.code):
+            torch.stack(scores)
+            checker.check_now()
     assert OUTPUT_OVERWRITTEN.code in {code for _, code in found(checker)}
 
 
@@ -120,9 +123,10 @@ def test_an_op_between_two_pieces_that_returns_a_fresh_tensor_is_a_fresh_input_o
         act = activation(h)
         with cuda_graph(second, streams):
             down(act)
-        for _ in range(3):
-            torch.cuda.CUDAGraph.replay(first)
-            act = activation(h)                                    # a fresh tensor each step
-            torch.cuda.CUDAGraph.replay(second)
-        checker.check_now()
+        with pytest.warns(CaptureHazardWarning, match=INPUT_FRESH_BETWEEN_GRAPHS.code):
+            for _ in range(3):
+                torch.cuda.CUDAGraph.replay(first)
+                act = activation(h)                                # a fresh tensor each step
+                torch.cuda.CUDAGraph.replay(second)
+            checker.check_now()
     assert INPUT_FRESH_BETWEEN_GRAPHS.code in {code for _, code in found(checker)}
