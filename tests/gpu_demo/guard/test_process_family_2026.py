@@ -4,7 +4,10 @@ Weights rebound after the capture (rule 14, at the replay after the sync), a hos
 counter the captured call advanced (rule 16, a warning when the capture ends,
 before any replay), a graph's output kept over replays and read as a list
 (rule 13, through the memory watch once the program serves) and an op between
-two graphs that hands the second a fresh tensor (rule 18).
+two graphs that hands the second a fresh tensor (rule 18). And the corpus's real
+Hugging Face decode step (where transformers is installed): with a sliding
+window, the capture's end warns of both layers' host counts; with full
+attention, nothing.
 """
 
 from __future__ import annotations
@@ -130,3 +133,24 @@ def test_an_op_between_two_pieces_that_returns_a_fresh_tensor_is_a_fresh_input_o
                 torch.cuda.CUDAGraph.replay(second)
             checker.check_now()
     assert INPUT_FRESH_BETWEEN_GRAPHS.code in {code for _, code in found(checker)}
+
+
+@pytest.mark.parametrize("program, warned", [("hf_sliding_window_decode", True), ("hf_full_attention_decode", False)])
+def test_a_hugging_face_decode_step_captured_before_its_window_fills_warns_at_the_capture(
+        program, warned, streams, fake_graph_methods):
+    pytest.importorskip("transformers")
+    from gpu_demo.lab import corpus
+
+    loop = corpus.load(program)
+    model, cache = loop.build(torch.device("cpu"), torch.float32, 0)
+    tokens = torch.randint(0, 256, (1, loop.PROMPT + 2))
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        loop.decode(model, cache, tokens[:, :loop.PROMPT], torch.arange(loop.PROMPT))
+        ids, positions = tokens[:, loop.PROMPT:loop.PROMPT + 1], torch.tensor([loop.PROMPT])
+        loop.decode(model, cache, ids, positions)
+        with cuda_graph(FakeGraph(), streams):
+            loop.decode(model, cache, ids, positions + 1)
+    found = {(f.code, f.label) for report in checker.reports for f in report.findings}
+    layers = {(HOST_STATE_BRANCH.code, f"cache.layers[{i}].cumulative_length_int") for i in range(2)}
+    assert found == (layers if warned else set())
