@@ -17,5 +17,8 @@ kernel writes, from its source), ``op_plans`` (what an op reads and writes, from
 its schema, the host numbers it froze, host-to-device copies), ``device`` (the
 current stream), ``call_site`` (the user's line that issued a launch),
 ``naming`` (readable stream and tensor names), ``annotate`` (optional labels a
-program may add). For any program: imports nothing from the MoE demo.
+program may add), ``host_state`` (the host ints and flags a capture changed),
+``rebinds`` (a module's tensor attribute made to name another tensor),
+``generators`` (which generator a random op draws from, which a graph advances).
+For any program: imports nothing from the MoE demo.
 """

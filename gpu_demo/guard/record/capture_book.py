@@ -6,7 +6,9 @@ end; records made in between carry its graph id. Opening and closing one
 changes what the other parts of the recorder keep (blocks taken before it are
 not its pool's, its launches follow nothing issued before it, shape reads are
 watched only inside it), so the book makes those changes, in order, and writes
-the ``Capture`` records. With ``eager=False`` the recorder sits on the dispatch
+the ``Capture`` records, with the host state the captured code changed
+(``host_state``) and the generators registered with the graph
+(``generators``). With ``eager=False`` the recorder sits on the dispatch
 stack only while a capture is open: the book puts it there and takes it off.
 
 A graph's memory comes from its own pool (``graph<id>``) or one it shares
@@ -31,7 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from gpu_demo.guard.protocol.cuda_errors import cuda_error_name, first_error, one_line
 from gpu_demo.guard.record.annotate import MAIN
 from gpu_demo.guard.record.call_site import user_site
+from gpu_demo.guard.record.generators import take_registered
 from gpu_demo.guard.record.handles import HandleTable
+from gpu_demo.guard.record.host_state import HostSnapshot
 from gpu_demo.guard.record.journal import Journal
 from gpu_demo.guard.record.ledger import AllocationLedger
 from gpu_demo.guard.record.mutations import MutationWatch
@@ -69,6 +73,7 @@ class CaptureBook:
         self._watch = watch
         self._mode = weakref.ref(mode)   # the recorder, which owns the book: no reference cycle
         self._dispatching = False   # ``eager=False``: the recorder is on the dispatch stack now
+        self.host = HostSnapshot()  # the host ints and flags the capturing code reaches (rule 16)
 
     @contextmanager
     def capturing(self, inputs: Sequence[torch.Tensor] = ()) -> Iterator[int]:
@@ -160,6 +165,7 @@ class CaptureBook:
         ledger.unclaimed()   # blocks taken before the capture are not its pool's
         graph = next(self._graph_ids)
         journal.emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool, site=user_site())
+        self.host.take()
         self.open = OpenCapture(graph, inputs, by_hand, cuda_graph, pool)
         if cuda_graph is not None:
             self._graph_of[id(cuda_graph)] = graph
@@ -184,8 +190,11 @@ class CaptureBook:
         self._ledger.route()
         self.leave_dispatch()
         message = None if error is None else one_line(first_error(error))
+        self.host.changed(journal, opened.graph)
+        generators = take_registered(opened.cuda_graph) if opened.cuda_graph is not None else ()
         journal.emit(Capture, op="end", graph=opened.graph, stream=MAIN if opened.by_hand else self._order.stream(),
-                     inputs=opened.inputs, error=message, pool=opened.pool, site=user_site())
+                     inputs=opened.inputs, error=message, pool=opened.pool, generators=generators,
+                     site=user_site())
         for callback in self.capture_ended:
             callback(opened.graph)
 

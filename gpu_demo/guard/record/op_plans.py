@@ -16,9 +16,10 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from gpu_demo.guard.record import generators
 from gpu_demo.guard.record.annotate import PDL_OPS
 from gpu_demo.guard.record.dispatch_mode import op_caller
-from simlib.trace import Arg
+from simlib.trace import GENERATOR, Arg
 
 aten = torch.ops.aten
 _Tensor = torch.Tensor
@@ -81,6 +82,7 @@ class OpPlan:
     writes: bool = False   # some tensor parameter is written (``out=`` or in place)
     outs: frozenset[str] = frozenset()   # its ``out=`` parameters (``out``, ``values``, ``indices``, ...)
     collective: bool = False   # a ``c10d`` collective: its launch carries ``collective_scalars``
+    lists: bool = False        # some tensor parameter is a list (``Tensor[]``): its elements' ``Arg.element_of``
 
 
 # id(OpOverload) -> its plan, filled by ``plan_of`` on first use. Keyed by id: an
@@ -116,7 +118,8 @@ def plan_of(func: torch._ops.OpOverload) -> OpPlan:
                                       kernel in PDL_OPS, names, packet in _COPIES,
                                       any(access != "r" for _, _, access in params),
                                       frozenset(spec.name for spec in func._schema.arguments if spec.is_out),
-                                      collective is not None)
+                                      collective is not None,
+                                      any("List" in str(func._schema.arguments[i].type) for i, _, _ in params))
     return plan
 
 
@@ -146,6 +149,8 @@ def scalars_of(names: tuple[str, ...], args: tuple, kwargs: dict) -> tuple[tuple
         frozen = frozen_scalar(value)
         if frozen is not None:
             found.append((name, frozen))
+        elif type(value) is torch.Generator:   # a random op's: the graph advances it, or replays its draw
+            found.append((GENERATOR, generators.name_of(value)))
     return tuple(found)
 
 

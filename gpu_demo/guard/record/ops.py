@@ -91,6 +91,10 @@ class OpRecorder(QuickDispatchMode):
         given = tensors_of(plan, args, kwargs)
         arg = self._arg
         frozen = [arg(name, t, access) for name, t, access in given]
+        if plan.lists:   # ``torch.stack(outs)``: each element names its list (checker rule 13)
+            for a in frozen:
+                if "[" in a.name:
+                    a.element_of = a.name.split("[", 1)[0]
         if plan.collective:   # its results are its buffers; recorded first, since it may never return
             self._launch(plan.kernel, plan.opname, tuple(frozen), scalars=op_plans.collective_scalars(plan, args, kwargs))
             return plan.call(*args, **kwargs)

@@ -8,6 +8,8 @@
   flight at ``capture_begin`` is the block's own error. A listener that raises
   at capture end (a strict check) is held back until ``torch.cuda.graph``'s
   ``__exit__`` has restored the current stream, then raised from there.
+* ``torch.cuda.CUDAGraph.register_generator_state``: the generators a graph
+  advances on every replay (``gpu_demo.guard.record.generators``).
 * ``torch.UntypedStorage.resize_``: ``x.untyped_storage().resize_(0)`` frees
   a block on the host side without any aten op.
 * ``triton.runtime.jit.JITFunction.run``: a Triton kernel called directly
@@ -29,6 +31,7 @@ from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 import torch
 
+from gpu_demo.guard.record import generators
 from gpu_demo.guard.record.triton_access import KernelAccess, of_kernel
 
 
@@ -192,6 +195,8 @@ def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[
     targets = [(graph, "capture_begin", _capture_begin), (graph, "capture_end", _capture_end),
                (graph, "replay", _replay), (torch.cuda.graphs.graph, "__exit__", _graph_exit),
                (torch.UntypedStorage, "resize_", _storage_resize)]
+    if hasattr(graph, "register_generator_state"):
+        targets.append((graph, "register_generator_state", generators.register_wrapper))
     targets += [(torch._C, name, _pool_routing(begin)) for name, begin in
                 (("_cuda_beginAllocateCurrentThreadToPool", True), ("_cuda_beginAllocateToPool", True),
                  ("_cuda_endAllocateToPool", False)) if hasattr(torch._C, name)]

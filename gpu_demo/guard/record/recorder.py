@@ -33,6 +33,13 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
   the caching allocator's 512 bytes), synchronizations ``HostSync`` records;
 * each captured launch lists the launches it depends on: the previous launch
   on its stream plus whatever its stream waited for through events.
+* at a capture's end, a ``HostState`` for each host int or flag the captured
+  call changed on an object the capturing code reaches
+  (``gpu_demo.guard.record.host_state``); the generators registered with the
+  graph in its ``Capture`` end record, and a random op's generator in its
+  launch's scalars (``generators``); once a graph exists, a ``Rebind`` when a
+  module's tensor attribute is made to name another tensor (``rebinds``);
+  the elements of a tensor-list argument name their list (``Arg.element_of``).
 
 The mode is thin, as PyTorch's CUDA sanitizer's is: it freezes each op's
 arguments and writes its launch (the per-op path, with what it would call
@@ -55,7 +62,7 @@ from typing import Any, Callable, Iterable
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from gpu_demo.guard.record import annotate, hooks, patches, raw_launches
+from gpu_demo.guard.record import annotate, hooks, patches, raw_launches, rebinds
 from gpu_demo.guard.record.capture_book import CaptureBook
 from gpu_demo.guard.record.cuda_device import Device, cuda_device
 from gpu_demo.guard.record.handles import HandleTable
@@ -109,6 +116,8 @@ class CaptureRecorder(OpRecorder):
         self.on_event_recorded, self.on_event_waited = order.on_event_recorded, order.on_event_waited
         self.on_freed, self.holding_storages = ledger.on_freed, ledger.holding_storages
         self.resizing, self.named, self.calling = self.watch.resizing, self.handles.named, self.journal.calling
+        self.rebinds = rebinds.RebindLog(self.journal, self.handles, book.host.module_names)
+        book.capture_ended.append(self.rebinds.graph_captured)
         self.ledger.route()
 
     graph = property(lambda self: self.journal.graph, doc="The capture open now (its id), else ``None``.")
@@ -130,6 +139,7 @@ class CaptureRecorder(OpRecorder):
         self._context.enter_context(annotate.listening(self))
         self._context.enter_context(hooks.listening(self))
         self._context.enter_context(patches.installed(self))
+        self._context.enter_context(rebinds.listening(self.rebinds))
         self._context.callback(self.watch.host_reads.disarm)
         return self
 

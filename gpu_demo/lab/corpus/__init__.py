@@ -17,7 +17,8 @@ a script (``run``)
     replays by itself (several graphs, one pool, ``torch.compile``) and
     returns the relative error of each output it checked against eager. Only
     the whole-process check (``CAPTURE_ORDER_CHECK=1``) can check it: there is
-    no one function to hand to ``check_capture``. Scripts need CUDA.
+    no one function to hand to ``check_capture``. Scripts need CUDA (the
+    ``hf_*`` loops transformers too, imported only when they run).
 
 Both declare ``EXPECTED``: ``"hazardous"`` or ``"safe"``, and the docstring
 says why; ``RUNS_ON_CPU`` (optional, default true) is false when ``fn``

@@ -5,10 +5,8 @@ one-paragraph story, the few lines of PyTorch it models (``pytorch``,
 ``pytorch_fix``: strings for the notebook), a builder of the hazardous and of
 the fixed simulated program, the outcome expected per replay order, and the
 checker rules it fires. Names are those of the PyTorch twins in
-``gpu_demo.corpus``; the cases of the family as it stands in 2026 (issue 36:
-weights rebound, logits kept, a view a host length slices, a host counter, a
-private generator, a drafter in the target's pool, an op between piecewise
-graphs) have no twin there yet. By module: ``frozen`` (the graph froze what the
+``gpu_demo.lab.corpus``, the family as it stands in 2026 (issue 36) included.
+By module: ``frozen`` (the graph froze what the
 host changes), ``freed`` (a block a graph uses, freed), ``between_graphs``
 (two graphs, one pool or one input between them), ``host_state`` (host ints
 and generator state a capture froze), ``outputs`` (a graph's output kept

@@ -161,7 +161,7 @@ BUFFER_REBOUND = Case(
     build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
     reuse_decides=True)
 
-# The family as it stands in 2026 (issue 36): no PyTorch twin in gpu_demo.corpus yet.
+# The family as it stands in 2026 (issue 36), each with its PyTorch twin in gpu_demo.lab.corpus.
 
 WEIGHTS_SYNC = Case(
     name="weights_rebound_after_sync", fix="fix_weights_copied_in_place",

@@ -53,7 +53,7 @@ def test_a_program_imports_nothing_from_this_project_and_says_why_it_is_what_it_
     imported |= {node.module.split(".")[0] for node in ast.walk(tree)
                  if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
     assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
-    assert imported <= {"torch", "triton", "functools"}, imported
+    assert imported <= {"torch", "triton", "functools", "transformers"}, imported
     program = corpus.load(name)
     assert program.EXPECTED in (corpus.HAZARDOUS, corpus.SAFE)
     assert ("\nHazardous" if program.EXPECTED == corpus.HAZARDOUS else "\nSafe") in program.__doc__
@@ -116,6 +116,14 @@ FAMILY = [   # (hazardous, fixed twin): the names the simulator's twins use too
     ("custom_op_set_empty", "fix_custom_op_set_skipped_in_capture"),
     ("serve_output_read_after_other_bucket", "serve_vllm_buckets"),
     ("serve_static_input_rebuilt", "serve_vllm_buckets"),
+    ("weights_rebound_after_sync", "fix_weights_copied_in_place"),
+    ("logits_kept_without_clone", "fix_logits_cloned"),
+    ("view_sliced_by_host_length", "fix_length_in_device_tensor"),
+    ("host_counter_in_capture", "fix_counter_on_device"),
+    ("generator_not_registered", "fix_generator_registered"),
+    ("drafter_shared_pool", "fix_drafter_output_copied"),
+    ("op_between_pieces_fresh", "fix_op_writes_static_input"),
+    ("hf_sliding_window_decode", "hf_full_attention_decode"),
 ]
 
 
@@ -124,7 +132,7 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
     assert corpus.load(hazardous).EXPECTED == corpus.HAZARDOUS and corpus.load(fixed).EXPECTED == corpus.SAFE
     assert corpus.is_script(hazardous) == corpus.is_script(fixed)
     assert hazardous in corpus.load(fixed).__doc__ or hazardous.endswith("_empty")
-    cited = re.compile(r"(vLLM|SGLang|FlashInfer|TensorRT-LLM|transformers) #\d+|DeepSpeed|custom_op")
+    cited = re.compile(r"(vLLM|SGLang|FlashInfer|TensorRT-LLM|transformers|PyTorch|Megatron-LM) #\d+|DeepSpeed|custom_op")
     assert cited.search(corpus.load(hazardous).__doc__), hazardous
 
 
@@ -143,6 +151,16 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
 ])
 def test_each_new_construct_is_in_the_program_named_for_it(construct, name):
     assert construct in code(name)
+
+
+def test_the_hugging_face_loops_import_transformers_only_when_they_run():
+    for name in ("hf_sliding_window_decode", "hf_full_attention_decode"):
+        tree = ast.parse(source(name))
+        top = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        assert all(a.name != "transformers" for node in top for a in node.names) and "transformers" in code(name)
+    assert corpus.load("hf_full_attention_decode").SLIDING_WINDOW is None
+    loop = corpus.load("hf_sliding_window_decode")   # captured before the window fills, replayed past it
+    assert loop.PROMPT + loop.EAGER_STEPS + 1 < loop.SLIDING_WINDOW < loop.PROMPT + loop.EAGER_STEPS + loop.STEPS
 
 
 def test_the_safe_programs_cover_event_fork_join_three_streams_and_reduce_overhead():

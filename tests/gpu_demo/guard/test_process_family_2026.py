@@ -1,0 +1,156 @@
+"""The whole-process check on the 2026 family, on a CPU (the GPU played by ``gpu_fakes``).
+
+Weights rebound after the capture (rule 14, at the replay after the sync), a host
+counter the captured call advanced (rule 16, a warning when the capture ends,
+before any replay), a graph's output kept over replays and read as a list
+(rule 13, through the memory watch once the program serves) and an op between
+two graphs that hands the second a fresh tensor (rule 18). And the corpus's real
+Hugging Face decode step (where transformers is installed): with a sliding
+window, the capture's end warns of both layers' host counts; with full
+attention, nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, streams  # noqa: E402
+
+from gpu_demo import CaptureHazardWarning  # noqa: E402
+from gpu_demo.guard.process import CaptureChecker  # noqa: E402
+from simlib.checker.rules import (  # noqa: E402
+    HOST_STATE_BRANCH,
+    INPUT_FRESH_BETWEEN_GRAPHS,
+    OUTPUT_OVERWRITTEN,
+    WEIGHTS_REBOUND,
+)
+
+__all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
+
+
+def found(checker: CaptureChecker) -> list[tuple[str, str]]:
+    """(what was checked, rule code) of every finding, in report order."""
+    return [(report.text.split(" (capture-order check)")[0], f.code) for report in checker.reports
+            for f in report.findings]
+
+
+def whole_process(recorder) -> CaptureChecker:  # noqa: ANN001
+    return CaptureChecker(recorder, on_hazard="warn", whole_process=True)
+
+
+def test_a_weight_sync_that_rebinds_a_parameter_is_reported_at_the_replay_after_it(streams, fake_graph_methods):
+    policy, x, graph = torch.nn.Linear(16, 16), torch.randn(4, 16), FakeGraph()
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        with cuda_graph(graph, streams):
+            policy(x)
+        reference = policy.weight                                  # the trainer's KL reference: kept alive
+        policy.weight = torch.nn.Parameter(reference + 0.1)       # the sync: a new tensor
+        with pytest.warns(CaptureHazardWarning, match=WEIGHTS_REBOUND.code):
+            torch.cuda.CUDAGraph.replay(graph)
+    assert found(checker) == [("replay #0 of graph 0", WEIGHTS_REBOUND.code)]
+
+
+def test_a_weight_sync_that_copies_in_place_is_clean(streams, fake_graph_methods):
+    policy, x, graph = torch.nn.Linear(16, 16), torch.randn(4, 16), FakeGraph()
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        with cuda_graph(graph, streams):
+            policy(x)
+        policy.weight.copy_(policy.weight + 0.1)
+        torch.cuda.CUDAGraph.replay(graph)
+    assert found(checker) == []
+
+
+class SlidingWindow:
+    def __init__(self) -> None:
+        self.rows = torch.zeros(4, 16)
+        self.cumulative_length_int = 0
+
+    def update(self, row: torch.Tensor) -> torch.Tensor:
+        if self.cumulative_length_int >= 4:
+            self.rows.copy_(torch.cat((self.rows[1:], row)))
+        else:
+            self.rows.index_copy_(0, torch.tensor([self.cumulative_length_int]), row)
+        self.cumulative_length_int += 1
+        return self.rows
+
+
+def test_a_host_counter_the_capture_advanced_warns_when_the_capture_ends(streams, fake_graph_methods):
+    cache, x, graph = SlidingWindow(), torch.randn(1, 16), FakeGraph()
+    with recording(streams) as recorder:
+        checker = whole_process(recorder)
+        for _ in range(2):
+            cache.update(x)
+        with cuda_graph(graph, streams):
+            cache.update(x)
+        assert found(checker) == [("capture of graph 0", HOST_STATE_BRANCH.code)]   # before any replay
+        torch.cuda.CUDAGraph.replay(graph)
+    (finding,) = [f for report in checker.reports for f in report.findings]
+    assert finding.severity == "warning" and finding.label == "cache.cumulative_length_int"
+
+
+def test_logits_kept_over_replays_and_stacked_are_read_after_the_replays_that_rewrote_them(
+        streams, fake_graph_methods):
+    head, hidden, graph = torch.nn.Linear(16, 32), torch.randn(2, 16), FakeGraph()
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        with cuda_graph(graph, streams):
+            logits = head(hidden)
+        scores = []
+        for step in range(3):
+            hidden.copy_(torch.full((2, 16), float(step)))
+            torch.cuda.CUDAGraph.replay(graph)
+            scores.append(logits)                                  # no clone
+        with pytest.warns(CaptureHazardWarning, match=OUTPUT_OVERWRITTEN.code):
+            torch.stack(scores)
+            checker.check_now()
+    assert OUTPUT_OVERWRITTEN.code in {code for _, code in found(checker)}
+
+
+def activation(h: torch.Tensor) -> torch.Tensor:
+    """The eager op between the pieces, one call site for every step (as a piecewise runner's)."""
+    return torch.relu(h)
+
+
+def test_an_op_between_two_pieces_that_returns_a_fresh_tensor_is_a_fresh_input_of_the_next(
+        streams, fake_graph_methods):
+    up, down, x = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16), torch.randn(2, 16)
+    first, second = FakeGraph(), FakeGraph()
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        with cuda_graph(first, streams):
+            h = up(x)
+        act = activation(h)
+        with cuda_graph(second, streams):
+            down(act)
+        with pytest.warns(CaptureHazardWarning, match=INPUT_FRESH_BETWEEN_GRAPHS.code):
+            for _ in range(3):
+                torch.cuda.CUDAGraph.replay(first)
+                act = activation(h)                                # a fresh tensor each step
+                torch.cuda.CUDAGraph.replay(second)
+            checker.check_now()
+    assert INPUT_FRESH_BETWEEN_GRAPHS.code in {code for _, code in found(checker)}
+
+
+@pytest.mark.parametrize("program, warned", [("hf_sliding_window_decode", True), ("hf_full_attention_decode", False)])
+def test_a_hugging_face_decode_step_captured_before_its_window_fills_warns_at_the_capture(
+        program, warned, streams, fake_graph_methods):
+    pytest.importorskip("transformers")
+    from gpu_demo.lab import corpus
+
+    loop = corpus.load(program)
+    model, cache = loop.build(torch.device("cpu"), torch.float32, 0)
+    tokens = torch.randint(0, 256, (1, loop.PROMPT + 2))
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        loop.decode(model, cache, tokens[:, :loop.PROMPT], torch.arange(loop.PROMPT))
+        ids, positions = tokens[:, loop.PROMPT:loop.PROMPT + 1], torch.tensor([loop.PROMPT])
+        loop.decode(model, cache, ids, positions)
+        with cuda_graph(FakeGraph(), streams):
+            loop.decode(model, cache, ids, positions + 1)
+    found = {(f.code, f.label) for report in checker.reports for f in report.findings}
+    layers = {(HOST_STATE_BRANCH.code, f"cache.layers[{i}].cumulative_length_int") for i in range(2)}
+    assert found == (layers if warned else set())
