@@ -18,7 +18,7 @@ from gpu_demo.guard.differential import live_warm_up  # noqa: E402
 from gpu_demo.guard.protocol.capture_replay import WARM_UP_CALLS  # noqa: E402
 from gpu_demo.guard.protocol.worker import warm_checks  # noqa: E402
 from gpu_demo.lab.zoo import stateful  # noqa: E402
-from simlib.checker.rules import FROZEN_HOST_VALUE  # noqa: E402
+from simlib.checker.rules import FROZEN_HOST_VALUE, HOST_STATE_BRANCH  # noqa: E402
 from simlib.glossary import NOT_ON_GPU, NOT_SAFE, SILENT_WRONG  # noqa: E402
 
 RIGHT = [t for t in stateful.TARGETS if not t.endswith(stateful.PLANTED)]
@@ -37,7 +37,9 @@ def test_the_planted_host_counter_is_reported_at_its_line_on_the_cpu():
     if torch.cuda.is_available():
         pytest.skip("the GPU test below checks it whole")
     report = check_capture(PLANTED, isolate=False, dtype="float32")
-    assert report.answer == NOT_SAFE and report.codes == [FROZEN_HOST_VALUE.code], report.format()
+    # the counter is frozen into the launch (rule 8) and is a host int that changes every call (rule 16)
+    assert report.answer == NOT_SAFE, report.format()
+    assert report.codes == [FROZEN_HOST_VALUE.code, HOST_STATE_BRANCH.code], report.format()
     assert "gpu_demo/lab/zoo/stateful.py:" in report.findings[0].why
 
 
