@@ -93,6 +93,7 @@ def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None =
         text = io.StringIO()
         print(f"calls recorded while standing aside, in {steps} steps: {dict(picked.most_common())}; "
               f"quiet (the reports off): {checker.recorder.aside.quiet}", file=text)
+        print(f"what watches each bucket's static input: {watchers(checker, server)}", file=text)
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         profile.write_text(text.getvalue())
     return {"layer": layer, "per_step_us": elapsed / steps * 1e6}
@@ -109,6 +110,19 @@ def counting(checker: CaptureChecker, picked: collections.Counter) -> None:
         return record(func, args, kwargs)
 
     aside.record_call = counted
+
+
+def watchers(checker: CaptureChecker, server) -> dict[int, list[str]]:  # noqa: ANN001 (serving_overhead.Server)
+    """Per batch size, which of the checker's watched ranges its static input lies on (a write there
+    is recorded): a diagnosis of the calls recorded, reading the rules' own state."""
+    inner = checker.checker
+    sources = {"graphs_clobber": inner._clobber.watched(), "output_overwritten": inner._overwritten.watched(),
+               "first_replay": [span for span, _ in inner._reads.items()], "frees": inner.watched_frees()}
+    out = {}
+    for size, x in server.inputs.items():
+        lo, hi = x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()
+        out[size] = [name for name, spans in sources.items() if any(a < hi and lo < b for a, b in spans)]
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -59,7 +59,8 @@ class StandingAside:
                 recorder.ledger.route()
         self.memory_watch.ranges = Ranges(reads)
         recorder.ledger.watched_frees = Ranges(frees)
-        self.quiet = report_gate.GATE.available and self._frees.watch(frees, recorder.handles.alive)
+        with journal.quiet():   # its storage reads are the recorder's, not the program's calls
+            self.quiet = report_gate.GATE.available and self._frees.watch(frees, recorder.handles.alive)
         if self.quiet:
             recorder.ledger.forget_unwatched()
         hooks.reroute()
