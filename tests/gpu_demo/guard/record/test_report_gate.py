@@ -109,8 +109,10 @@ def test_a_server_that_rebuilds_a_static_input_is_caught_with_no_free_report(str
         checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
         weight, inputs["x"] = torch.randn(64), torch.randn(64) * 1
         with cuda_graph(graph, streams):
-            out = inputs["x"] * weight
+            out = inputs["x"] * weight + 1            # ``inputs["x"] * weight``: an intermediate, gone at once
         torch.cuda.CUDAGraph.replay(graph)
+        # Quiet: the input and the weight are followed through their storages; the dead intermediate's
+        # block is the graph pool's, whose free no rule uses.
         assert recorder.aside.quiet and not checker.reports[-1].findings
         out.clone()                                   # a read of the graph's result: still recorded
         torch.cuda.CUDAGraph.replay(graph)
