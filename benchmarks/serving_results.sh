@@ -40,7 +40,7 @@ for part in $PARTS; do
         echo "serving-overhead exit: $?" ;;
     long)
         time timeout 110 python3 benchmarks/serving_overhead.py --steps 100000 --block 5000 --repeats 1 \
-            --modes plain checked --time-limit 180 --out "$OUT/serving-100k.json"
+            --modes plain checked --time-limit 240 --out "$OUT/serving-100k.json"
         echo "serving-100k exit: $?" ;;
     csan)
         time timeout 90 python3 benchmarks/serving_overhead.py --steps 1000 --block 500 --repeats 3 \

@@ -136,8 +136,9 @@ class IncrementalChecker:
         return self._clobber.watched() + self._overwritten.watched() + [span for span, _ in self._reads.items()]
 
     def watched_frees(self) -> list[tuple[DataPtr, DataPtr]]:
-        """Memory a free of matters (rule 10: the blocks graphs use outside their pools)."""
-        return self._freed.watched()
+        """Memory a free of matters: the blocks graphs use outside their pools (rule 10), and what graphs
+        not yet replayed read (rule 7: a write there after a free refreshes no input)."""
+        return self._freed.watched() + [span for span, _ in self._reads.items()]
 
     def _captured(self, g: Graph) -> list[Finding]:
         self._checked.add(g.id)
