@@ -76,13 +76,12 @@ class StandingAside:
         entered = _get_current_dispatch_mode() is not mode
         if entered:
             TorchDispatchMode.__enter__(mode)
-        quiet = self.quiet
-        if quiet:
+        if self.quiet:
             report_gate.GATE.open()
         try:
             return func(*args, **kwargs)
         finally:
-            if quiet:
+            if self.quiet:   # as ``stand_aside`` says now: a capture inside may have changed it
                 report_gate.GATE.shut()
             if entered:
                 TorchDispatchMode.__exit__(mode, None, None, None)

@@ -42,6 +42,7 @@ class FreeWatch:
         wanted = Ranges(spans)
         for ptr in [p for p, (_, nbytes) in self._refs.items() if not wanted.touches(p, nbytes)]:
             del self._refs[ptr]   # no longer watched
+        self._ptrs = sorted(self._refs)
         missing = [span for span in spans if not self._covered(span)]
         if missing:
             lost = Ranges(missing)

@@ -69,6 +69,8 @@ def test_a_span_on_no_live_storage_is_not_covered_and_a_stopped_watch_tells_noth
     held = [torch.randn(8)]
     assert not watch.watch([(1, 2)], lambda: iter(held))
     assert watch.watch([span(held[0])], lambda: iter(held))   # asked again with other spans: those
+    held.append(torch.randn(8))
+    assert watch.watch([span(held[1])], lambda: iter(held))   # the first no longer watched, the second is
     watch.stop()
     held.clear()
     gc.collect()
