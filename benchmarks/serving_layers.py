@@ -13,19 +13,26 @@ times ``--steps`` steps:
 ``gpu_trace``     torch's GPU-trace reports switched on (``torch._C._activate_gpu_trace()``),
                   nobody listening: what torch's C++ costs each allocation, free and event
                   once they are reported to Python, as the recorder needs them
+``gpu_trace_shut`` the same, then switched off again by the recorder's gate
+                  (``gpu_demo.guard.record.report_gate``): what is left of it once shut
 ``memory_watch``  the recorder's memory watch alone at the bottom of the torch-function stack,
                   watching nothing: what standing aside costs every Python-level call
+``checked_loud``  ``check_process`` with the gate unavailable: the reports on all the time, as
+                  before the gate
 ``checked``       ``check_process``: the whole-process check
 
 Each layer's ``median_us`` is the median over repeats of its microseconds per
 step, ``over_plain`` the median of its per-repeat ratio to that repeat's
 ``plain`` run. ``--profile PATH``: one more checked run under cProfile, after
-the repeats; its top functions go to PATH. Writes JSON with provenance.
+the repeats; its top functions go to PATH, after the calls the memory watch
+handed on to be recorded, counted by name, and whether the recorder stood aside
+quiet. Writes JSON with provenance.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import io
 import json
@@ -41,21 +48,29 @@ import torch
 from process_startup_overhead import fresh_process, report  # its neighbours: a script's folder is on the path
 from serving_overhead import SIZES, batch_sizes, serve_step, start_up
 
-from gpu_demo.guard.process import check_process
+from gpu_demo.guard.process import CaptureChecker, check_process
+from gpu_demo.guard.record import report_gate
 from gpu_demo.guard.record.memory_watch import MemoryWatch, install_at_bottom
 from gpu_demo.lab.measure.provenance import provenance
 
-LAYERS = ("plain", "gpu_trace", "memory_watch", "checked")
+LAYERS = ("plain", "gpu_trace", "gpu_trace_shut", "memory_watch", "checked_loud", "checked")
 
 
 def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None = None) -> dict:
     torch.cuda.init()
-    if layer == "gpu_trace":
+    checker, picked = None, collections.Counter()
+    if layer.startswith("gpu_trace"):
         torch._C._activate_gpu_trace()
+        if layer == "gpu_trace_shut":
+            report_gate.GATE.shut()
     elif layer == "memory_watch":
         install_at_bottom(MemoryWatch(lambda func, args, kwargs: func(*args, **kwargs)))
-    elif layer == "checked":
-        check_process("warn")
+    elif layer.startswith("checked"):
+        if layer == "checked_loud":
+            report_gate.GATE = report_gate.ReportGate(None)
+        checker = check_process("warn")
+        if profile:
+            counting(checker, picked)
     requests = batch_sizes(warm + steps, max(SIZES))
     profiler = cProfile.Profile() if profile else None
     with warnings.catch_warnings(), torch.no_grad():
@@ -65,6 +80,7 @@ def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None =
             serve_step(server, requests[i], i)
         torch.cuda.synchronize()
         if profiler is not None:
+            picked.clear()
             profiler.enable()
         start = time.perf_counter()
         for i in range(warm, warm + steps):
@@ -75,9 +91,38 @@ def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None =
             profiler.disable()
     if profiler is not None:
         text = io.StringIO()
+        print(f"calls recorded while standing aside, in {steps} steps: {dict(picked.most_common())}; "
+              f"quiet (the reports off): {checker.recorder.aside.quiet}", file=text)
+        print(f"what watches each bucket's static input: {watchers(checker, server)}", file=text)
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         profile.write_text(text.getvalue())
     return {"layer": layer, "per_step_us": elapsed / steps * 1e6}
+
+
+def counting(checker: CaptureChecker, picked: collections.Counter) -> None:
+    """Count, by name, each call the memory watch hands on to be recorded (it takes the recorder's
+    ``record_call`` when the recorder first stands aside)."""
+    aside = checker.recorder.aside
+    record = aside.record_call
+
+    def counted(func, args, kwargs):  # noqa: ANN001, ANN202 (the watch's signature)
+        picked[getattr(func, "__name__", str(func))] += 1
+        return record(func, args, kwargs)
+
+    aside.record_call = counted
+
+
+def watchers(checker: CaptureChecker, server) -> dict[int, list[str]]:  # noqa: ANN001 (serving_overhead.Server)
+    """Per batch size, which of the checker's watched ranges its static input lies on (a write there
+    is recorded): a diagnosis of the calls recorded, reading the rules' own state."""
+    inner = checker.checker
+    sources = {"graphs_clobber": inner._clobber.watched(), "output_overwritten": inner._overwritten.watched(),
+               "first_replay": [span for span, _ in inner._reads.items()], "frees": inner.watched_frees()}
+    out = {}
+    for size, x in server.inputs.items():
+        lo, hi = x.data_ptr(), x.data_ptr() + x.numel() * x.element_size()
+        out[size] = [name for name, spans in sources.items() if any(a < hi and lo < b for a, b in spans)]
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -31,7 +31,8 @@ run did.
 Each run reports its start-up seconds and, per block of ``--block`` steps (a
 multiple of 10; the device synchronized at both ends), the seconds per step,
 its resident memory at the block's end and its peak so far (and, checked, the
-seconds its checks took so far and the records it keeps). The JSON has every
+seconds its checks took so far and the records it keeps; at its end, ``quiet``:
+whether the recorder stood aside with torch's GPU-trace reports off). The JSON has every
 run; per mode the medians over repeats of each block's numbers, of the last
 block's time per step over the first's, and of the peak memory's growth after
 the first 1,000 steps; and the ratios to plain, each the median over repeats
@@ -235,7 +236,8 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
         out["errors"] = errors
     if checker is not None:
         summary = checker.summary()
-        out.update(rules=summary["rules"], findings=len(summary["findings"]), check_s=checker.check_s,
+        out.update(quiet=checker.recorder.aside.quiet,   # stood aside with torch's GPU-trace reports off
+                   rules=summary["rules"], findings=len(summary["findings"]), check_s=checker.check_s,
                    records_kept=len(checker.recorder.trace.records) + checker.checker.kept())
     return out
 

@@ -136,8 +136,9 @@ class IncrementalChecker:
         return self._clobber.watched() + self._overwritten.watched() + [span for span, _ in self._reads.items()]
 
     def watched_frees(self) -> list[tuple[DataPtr, DataPtr]]:
-        """Memory a free of matters (rule 10: the blocks graphs use outside their pools)."""
-        return self._freed.watched()
+        """Memory a free of matters: the blocks graphs use outside their pools (rule 10), and what graphs
+        not yet replayed read (rule 7: a write there after a free refreshes no input)."""
+        return self._freed.watched() + [span for span, _ in self._reads.items()]
 
     def _captured(self, g: Graph) -> list[Finding]:
         self._checked.add(g.id)
@@ -152,7 +153,7 @@ class IncrementalChecker:
                     readers = self._reads.get(lo, hi)
                     if readers is None:
                         self._reads.put(lo, hi, [g.id])
-                    else:
+                    elif g.id not in readers:   # one graph reading a range twice is one reader
                         readers.append(g.id)
         return found
 
@@ -161,8 +162,8 @@ class IncrementalChecker:
         into what it reads (its inputs, named by them); nothing to check where none did."""
         awaiting = self._awaiting.pop(gid)
         self.watch_changes += 1
-        self._reads = Intervals((span, [g for g in readers if g != gid]) for span, readers in self._reads.items()
-                                if readers != [gid])
+        self._reads = Intervals((span, rest) for span, readers in self._reads.items()
+                                if (rest := [g for g in readers if g != gid]))
         records = [*awaiting.window, *awaiting.refreshed]
         named = with_inputs(records, gid)
         if named is records:

@@ -13,11 +13,15 @@ own next replay.
 
 from __future__ import annotations
 
+import bisect
+import sys
 from dataclasses import dataclass
 
 from ..trace import Alloc, Arg, DataPtr, Launch
 from .index import Graph
 from .intervals import Intervals
+
+_LAST = sys.maxsize   # sorts after any step: ``(step, _LAST)`` after every span born at ``step``
 
 
 @dataclass(slots=True)
@@ -44,9 +48,15 @@ def graph_writes(g: Graph) -> list[Write]:
                 continue
             lo, hi = a.ptr, a.ptr + a.nbytes
             blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes for b in node.args)
-            live = not any(born <= node.step < died for _, spans in dead.overlapping(lo, hi) for born, died in spans)
+            live = not any(_within(spans, node.step) for _, spans in dead.overlapping(lo, hi))
             found.append(Write(node, a, blind, live))
     return found
+
+
+def _within(spans: list[tuple[int, int]], step: int) -> bool:
+    """Does ``step`` fall in one of ``spans`` (``[born, died)``, in order, none overlapping: one block's lives)?"""
+    i = bisect.bisect_right(spans, (step, _LAST)) - 1
+    return i >= 0 and step < spans[i][1]
 
 
 def _intermediates(g: Graph) -> Intervals[list[tuple[int, int]]]:

@@ -61,14 +61,18 @@ class FreedUnderGraph:
         self._lived: dict[GraphId, _Lived] = {}
         self._users: Intervals[list[tuple[_Lived, User]]] = Intervals()   # every lived graph's, by range
         self._from_capture: dict[DataPtr, bool] = {}   # block -> was its last allocation made in a capture?
+        self._pool_blocks: Intervals[None] = Intervals()   # the blocks whose last allocation a capture made
         self._during: list[Free] = []                  # frees in the open capture
         self._reported: set[tuple[GraphId, int, str]] = set()   # (graph, node, argument): once each
         self._rebound: Intervals[set[GraphId]] = Intervals()   # a rebound tensor's block -> graphs rule 14 follows
         self._capturing = False
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
-        """The address ranges a free of which a later replay would make a finding."""
-        return [key for key, _ in self._users.items()]
+        """The address ranges a free of which a later replay would make a finding: what graphs use,
+        but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by)."""
+        pool = self._pool_blocks
+        return [(lo, hi) for (lo, hi), _ in self._users.items()
+                if not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi))]
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""
@@ -81,6 +85,10 @@ class FreedUnderGraph:
         elif kind is Alloc:
             self._rebound.clear(r.ptr, r.ptr + max(r.nbytes, 1))
             self._from_capture[r.ptr] = self._capturing
+            if self._capturing:
+                self._pool_blocks.put(r.ptr, r.ptr + max(r.nbytes, 1), None)
+            else:
+                self._pool_blocks.clear(r.ptr, r.ptr + 1)   # the block is eager memory now
             for lived in self._lived.values():
                 for w in lived.waiting:
                     if w.again is None and w.free.ptr == r.ptr:

@@ -103,9 +103,10 @@ class GraphsClobber:
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
+        clobbered = self._clobbered
         for w in captured.writes:
             (lo, hi), node, a = w.span, w.node, w.arg
-            for key, c in self._clobbered.overlapping(lo, hi):
+            for key, c in clobbered.overlapping(lo, hi) if clobbered else ():   # none, mostly: no look-up
                 if c.victim == r.graph:
                     self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
                 elif c.graph == r.graph and c.replay is r:

@@ -6,8 +6,10 @@ the host issued it, into one ``journal``, with its bookkeeping in parts: ``handl
 (tensor objects and their names), ``ledger`` (memory blocks and their pools),
 ``capture_book`` (graphs, pools, replays), ``stream_order`` (streams, events,
 what a launch depends on), ``mutations`` (host-side changes, shape reads). Once a
-program serves, it stands aside: ``memory_watch`` records only the calls that
-touch memory a rule follows.
+program serves, it stands aside (``aside``): ``memory_watch`` records only the
+calls that touch memory a rule follows, ``free_watch`` sees the frees of the
+blocks graphs use through their storages, and ``report_gate`` switches torch's
+GPU-trace reports off meanwhile.
 ``capture.record_capture`` runs warm-up, capture and replays under it
 (``dry_run``: on CPU tensors, nothing captured). Its senses:
 ``hooks`` (torch's GPU-trace callbacks: events, allocations, syncs),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -74,6 +75,13 @@ class HandleTable:
         """Every tensor object seen and still alive, in the order first seen."""
         handles = sorted(self.by_id.values(), key=lambda h: h.id)
         return [t for t in (h.ref() for h in handles) if t is not None]
+
+    def alive(self) -> Iterator[torch.Tensor]:
+        """Every tensor object seen and still alive, in no particular order (``live_tensors``, unsorted)."""
+        for handle in list(self.by_id.values()):
+            t = handle.ref()
+            if t is not None:
+                yield t
 
     def label(self, t: torch.Tensor) -> str:
         """The name ``annotate.label`` gave ``t``, else its base's (a view), else ``t<id>``

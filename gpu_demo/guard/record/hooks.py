@@ -19,7 +19,11 @@ method is back. A callback registered the documented way while a recorder
 listens alone is called from the next route change on (``reroute``).
 
 Once activated, torch keeps making these reports for the rest of the process,
-recorder or not: the activation is left until the first recorder starts.
+recorder or not: the activation is left until the first recorder starts. While
+the one recorder listening says it needs none (``quiet``: it stands aside and
+follows the frees it needs through storages) and nobody registered a callback,
+``report_gate`` switches them off at their source, until the next route change
+says otherwise.
 Tests fire the registries as torch's C++ does, with fake ids: no GPU is
 needed to exercise the recorder's bookkeeping.
 """
@@ -30,6 +34,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
+
+from gpu_demo.guard.record import report_gate
 
 EventId = int
 StreamId = int
@@ -42,6 +48,7 @@ class GpuTraceListener(Protocol):
     (a listener that changes it calls ``reroute``)."""
 
     on_allocated: Callable[[DataPtr], Any] | None
+    quiet: bool   # needs no report now (``report_gate``)
 
     def on_event_created(self, event: EventId) -> None: ...
 
@@ -97,12 +104,15 @@ def listening(listener: GpuTraceListener) -> Iterator[None]:
 
 
 def reroute() -> None:
-    """Point each registry's ``fire_callbacks`` at what the active listeners take now."""
+    """Point each registry's ``fire_callbacks`` at what the active listeners take now, and let the
+    reports be made, or not (``report_gate``)."""
     from torch.cuda import _gpu_trace
 
+    registered = False
     for name, route in ROUTES.items():
         registry = getattr(_gpu_trace, name)
         registry.__dict__.pop("fire_callbacks", None)   # torch's own method, unless set below
+        registered = registered or bool(registry.callback_list)
         if not _active:
             continue
         if len(_active) == 1 and not registry.callback_list:
@@ -111,6 +121,10 @@ def reroute() -> None:
                 registry.fire_callbacks = target
         else:
             registry.fire_callbacks = _fan_out(registry, route, tuple(_active))
+    if len(_active) == 1 and not registered and getattr(_active[0], "quiet", False):
+        report_gate.GATE.shut()
+    else:
+        report_gate.GATE.open()
 
 
 def _fan_out(registry: Any, route: Route, listeners: tuple[GpuTraceListener, ...]) -> Callable[..., None]:

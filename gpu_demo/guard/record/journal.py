@@ -41,7 +41,7 @@ class Journal:
     eager: bool                   # records are made outside captures too
     graph: int | None = None      # the capture open now: records made inside carry its id
     busy: int = 0                 # >0 while the recorder's own code or an op's internals run
-    aside: bool = False           # standing aside (``CaptureRecorder.stand_aside``): replays are still recorded
+    aside: bool = False           # standing aside (``StandingAside.stand_aside``): replays are still recorded
     watching: int = 0             # >0 while a call the memory watch picked runs: recorded
     steps: Iterator[int] = field(default_factory=itertools.count)
     t0: int = field(default_factory=time.perf_counter_ns)

@@ -160,6 +160,16 @@ class AllocationLedger:
         self._journal.add(Free, label, ptr, nbytes, stream, self.allocated_from.pop(ptr, DEFAULT_POOL),
                           self._journal.graph)
 
+    def forget_unwatched(self) -> None:
+        """Standing aside with no runtime report (``StandingAside.stand_aside``): the frees of blocks
+        outside ``watched_frees`` go unseen, so what was known of them can no longer be trusted (a
+        later record would give a block's old size and label to whatever took its address)."""
+        watched = self.watched_frees
+        self.blocks = {ptr: b for ptr, b in self.blocks.items() if watched.touches(ptr, b[0])}
+        self.allocated_from = {ptr: pool for ptr, pool in self.allocated_from.items() if ptr in self.blocks}
+        self.pending.unmatched += len(self.pending.unowned)
+        self.pending.unowned.clear()
+
     def freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self._journal.trace.records[start:])
 

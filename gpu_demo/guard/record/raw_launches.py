@@ -25,7 +25,7 @@ if TYPE_CHECKING:   # the recorder imports this module to bind the method: only 
 def on_triton_launch(recorder: "CaptureRecorder", kernel: str, args: Sequence[tuple[str, Any]],
                      access: KernelAccess | None = None) -> None:
     """A Triton kernel launched directly (``patches``), not from inside an op the dispatcher showed."""
-    journal, watch = recorder.journal, recorder._memory_watch
+    journal, watch = recorder.journal, recorder.aside.memory_watch
     if journal.busy or not (journal.recording or (watch is not None and watch.touched(args))):
         return  # launched by an op the dispatcher already showed, or on memory no rule follows
     if access is not None and access.unknown:

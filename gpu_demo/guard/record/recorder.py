@@ -58,17 +58,15 @@ from __future__ import annotations
 
 import itertools
 from contextlib import ExitStack
-from typing import Any, Callable, Iterable
-
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from typing import Any, Callable
 
 from gpu_demo.guard.record import annotate, hooks, patches, raw_launches, rebinds
+from gpu_demo.guard.record.aside import StandingAside
 from gpu_demo.guard.record.capture_book import CaptureBook
 from gpu_demo.guard.record.cuda_device import Device, cuda_device
 from gpu_demo.guard.record.handles import HandleTable
 from gpu_demo.guard.record.journal import Journal
 from gpu_demo.guard.record.ledger import AllocationLedger
-from gpu_demo.guard.record.memory_watch import MemoryWatch, Ranges, install_at_bottom, uninstall
 from gpu_demo.guard.record.mutations import MutationWatch
 from gpu_demo.guard.record.naming import StreamNames
 from gpu_demo.guard.record.ops import OpRecorder
@@ -103,7 +101,7 @@ class CaptureRecorder(OpRecorder):
         self._launch_ids = itertools.count()
         self._context = ExitStack()
         self.records_full: Callable[[], None] | None = None   # called at an op once ``RECORDS_CAP`` are held
-        self._memory_watch: MemoryWatch | None = None          # standing aside: the calls it still records
+        self.aside = StandingAside(self)   # once a program serves (``stand_aside``)
         # What the program, the runtime and the wrapped methods report goes straight to the part
         # that keeps it: no frame of the recorder's in between (a free comes once or more per op).
         book, order, ledger = self.book, self.order, self.ledger
@@ -118,12 +116,15 @@ class CaptureRecorder(OpRecorder):
         self.resizing, self.named, self.calling = self.watch.resizing, self.handles.named, self.journal.calling
         self.rebinds = rebinds.RebindLog(self.journal, self.handles, book.host.module_names)
         book.capture_ended.append(self.rebinds.graph_captured)
+        self.stand_aside = self.aside.stand_aside
         self.ledger.route()
 
     graph = property(lambda self: self.journal.graph, doc="The capture open now (its id), else ``None``.")
     eager = property(lambda self: self.journal.eager, doc="Whether ops outside captures are recorded.")
     on_allocated = property(lambda self: self.ledger.on_allocated,
                             doc="What takes the runtime's allocation reports now (``hooks``): see ``ledger.route``.")
+    quiet = property(lambda self: self.aside.quiet and not self.journal.recording,
+                     doc="No runtime report needed now (``hooks``, ``report_gate``): see ``aside``.")
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -145,8 +146,7 @@ class CaptureRecorder(OpRecorder):
 
     def __exit__(self, *exc_info: Any) -> None:
         self._context.__exit__(*exc_info)
-        if self._memory_watch is not None:
-            uninstall(self._memory_watch)
+        self.aside.leave()
         if self.eager:
             super().__exit__(*exc_info)
         else:
@@ -168,36 +168,3 @@ class CaptureRecorder(OpRecorder):
     def late_names(self) -> dict[int, str]:
         """The names ``label()`` gave tensors after their first records (tensor id -> name)."""
         return dict(self.handles.late_names)
-
-    # -- standing aside (``gpu_demo.record.memory_watch``) -----------------------------
-
-    def stand_aside(self, reads: Iterable[tuple[int, int]], frees: Iterable[tuple[int, int]]) -> None:
-        """From now on record only captures, replays, the calls that touch ``reads`` (address
-        ranges) and the frees of blocks that touch ``frees``; called again, the ranges change."""
-        if self._memory_watch is None:
-            self._memory_watch = MemoryWatch(self._record_call)
-            install_at_bottom(self._memory_watch)
-            self.journal.aside = True
-            if self.journal.eager:
-                self.journal.eager = False
-                self.book.leave_dispatch(entered_eagerly=True)
-                self.ledger.route()
-        self._memory_watch.ranges = Ranges(reads)
-        self.ledger.watched_frees = Ranges(frees)
-
-    def _record_call(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        """A call the watch picked: run with the recorder on the dispatch stack, recorded op by op."""
-        journal = self.journal
-        if journal.graph is not None or journal.watching:
-            return func(*args, **kwargs)   # recorded already
-        journal.watching += 1
-        entered = _get_current_dispatch_mode() is not self
-        if entered:
-            TorchDispatchMode.__enter__(self)
-        try:
-            return func(*args, **kwargs)
-        finally:
-            if entered:
-                TorchDispatchMode.__exit__(self, None, None, None)
-            journal.watching -= 1
-

@@ -14,7 +14,7 @@ from simlib.checker import IncrementalChecker
 from simlib.programs.gallery import CASES
 from simlib.programs.scenarios import run as run_scenario
 from simlib.programs.spec import MATRIX
-from simlib.trace import Call, Trace
+from simlib.trace import Arg, Call, Capture, Launch, Replay, Trace
 
 
 def _traces() -> list[tuple[str, Trace]]:
@@ -72,3 +72,21 @@ def test_a_whole_program_with_no_call_records_finds_each_cases_rules_and_nothing
         checker = IncrementalChecker(whole_program=True)
         found = {f.code for f in checker.feed(records) + checker.finish()}
         assert found == (set() if fixed else set(case.rules)), (fixed, found)
+
+
+def test_what_a_graph_reads_is_watched_until_its_first_replay_even_where_it_reads_it_twice():
+    # The static input ``x`` read by two nodes (``h + f(h)``, a residual): once the graph has
+    # replayed, a write there can no longer be its warm-up's input, so the checker stops watching it.
+    x, y = Arg("x", 1, "x", 4096, 256, (256,), 1024, "r"), Arg("y", 2, "y", 8192, 256, (256,), 1024, "w")
+    steps = iter(range(100))
+
+    def launch(i: int, *args: Arg) -> Launch:
+        return Launch(next(steps), 0.0, i, f"aten.op{i}", f"op{i}", "", "main", args, 0)
+
+    checker = IncrementalChecker(whole_program=True)
+    y_again = Arg("y", 2, "y", 8192, 256, (256,), 1024, "rw")
+    checker.feed([Capture(next(steps), 0.0, "begin", 0, "main"), launch(0, x, y), launch(1, x, y_again),
+                  Capture(next(steps), 0.0, "end", 0, "main")])
+    assert (4096, 5120) in checker.watched_reads()
+    checker.feed([Replay(next(steps), 0.0, 0, 0, "main")])
+    assert (4096, 5120) not in checker.watched_reads()

@@ -1,0 +1,95 @@
+"""The recorder standing aside once a program serves: what it still records, and how.
+
+From a whole-process check's first replay on, most eager work can matter to no
+rule (``gpu_demo.guard.process``). Standing aside, the recorder leaves the
+dispatch stack and keeps three watches instead:
+
+* ``memory_watch``: a torch-function mode that hands on, to be recorded op by op
+  with the recorder back on the dispatch stack (``record_call``), only the calls
+  whose tensors lie on memory a rule follows (a graph's live result, what a
+  graph not yet replayed reads);
+* ``free_watch``: the frees of the blocks graphs use outside their pools, through
+  their storages' deaths;
+* ``report_gate``: where the free watch covers every such block, torch's GPU-trace
+  reports are switched off (the ledger would only drop them), and on again for a
+  capture and for each recorded call.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from gpu_demo.guard.record import hooks, report_gate
+from gpu_demo.guard.record.free_watch import FreeWatch
+from gpu_demo.guard.record.memory_watch import MemoryWatch, Ranges, install_at_bottom, uninstall
+
+if TYPE_CHECKING:   # the recorder owns this part and imports it
+    from gpu_demo.guard.record.recorder import CaptureRecorder
+
+Span = tuple[int, int]
+
+
+class StandingAside:
+    """A recorder's watches while it stands aside (none before ``stand_aside``)."""
+
+    def __init__(self, recorder: "CaptureRecorder") -> None:
+        self.memory_watch: MemoryWatch | None = None   # the calls still recorded
+        self.quiet = False   # every watched free is followed by its storage: no runtime report needed
+        self._frees = FreeWatch(recorder.ledger.on_freed)
+        self._recorder = weakref.ref(recorder)   # the recorder owns its parts: no reference cycle
+        self._journal = recorder.journal
+
+    def stand_aside(self, reads: Iterable[Span], frees: Iterable[Span]) -> None:
+        """From now on record only captures, replays, the calls that touch ``reads`` (address
+        ranges) and the frees of blocks that touch ``frees``; called again, the ranges change.
+        Where every block under ``frees`` lies on a storage a live tensor holds, its death says
+        when it is freed, and torch stops making reports between captures and recorded calls;
+        what the ledger knew of other blocks goes then, since their frees go unseen."""
+        recorder, journal, frees = self._recorder(), self._journal, list(frees)
+        if self.memory_watch is None:
+            self.memory_watch = MemoryWatch(self.record_call)
+            install_at_bottom(self.memory_watch)
+            journal.aside = True
+            if journal.eager:
+                journal.eager = False
+                recorder.book.leave_dispatch(entered_eagerly=True)
+                recorder.ledger.route()
+        self.memory_watch.ranges = Ranges(reads)
+        recorder.ledger.watched_frees = Ranges(frees)
+        with journal.quiet():   # its storage reads are the recorder's, not the program's calls
+            self.quiet = report_gate.GATE.available and self._frees.watch(frees, recorder.handles.alive)
+        if self.quiet:
+            recorder.ledger.forget_unwatched()
+        hooks.reroute()
+
+    def record_call(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A call the watch picked: run with the recorder on the dispatch stack, recorded op by op,
+        with the runtime's reports on (its frees, events and syncs are recorded too)."""
+        journal = self._journal
+        if journal.graph is not None or journal.watching:
+            return func(*args, **kwargs)   # recorded already
+        mode = self._recorder()
+        journal.watching += 1
+        entered = _get_current_dispatch_mode() is not mode
+        if entered:
+            TorchDispatchMode.__enter__(mode)
+        if self.quiet:
+            report_gate.GATE.open()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if self.quiet:   # as ``stand_aside`` says now: a capture inside may have changed it
+                report_gate.GATE.shut()
+            if entered:
+                TorchDispatchMode.__exit__(mode, None, None, None)
+            journal.watching -= 1
+
+    def leave(self) -> None:
+        """The recording ended: no watch left behind."""
+        self._frees.stop()
+        self.quiet = False
+        if self.memory_watch is not None:
+            uninstall(self.memory_watch)

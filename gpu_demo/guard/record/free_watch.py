@@ -1,0 +1,76 @@
+"""Frees of the blocks graphs use, seen without the runtime's reports: their storages' deaths.
+
+Standing aside, the recorder still needs the free of each block a graph uses
+outside its pool (a static input, a weight: rule 10), and nothing else the
+runtime reports. The caching allocator frees such a block when the storage on
+it dies, and PyTorch keeps one Python object per storage for as long as the
+storage lives (views and tensors the program dropped included), so a weak
+reference to that object, with a callback, fires when the block is freed: no
+report per allocation for that. (A storage resized in place moves without
+dying: ``MutationWatch.resizing`` sees that.) Where a watched span lies on no
+storage a live tensor holds (the block is gone already, or only C++ holds it),
+the watch does not cover it, and the reports must stay on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import weakref
+from typing import Callable, Iterable
+
+import torch
+
+from gpu_demo.guard.record.memory_watch import Ranges
+
+Span = tuple[int, int]
+
+
+class FreeWatch:
+    """Calls ``on_freed(block address)`` when a storage under the watched spans dies."""
+
+    def __init__(self, on_freed: Callable[[int], object]) -> None:
+        self.covers = False   # every span of the last ``watch`` lies on a storage followed
+        self._on_freed = on_freed
+        self._refs: dict[int, tuple[weakref.ref | None, int]] = {}   # block -> (its storage, None once freed; bytes)
+        self._ptrs: list[int] = []   # ``_refs``' keys, sorted
+
+    def watch(self, spans: Iterable[Span], tensors: Callable[[], Iterable[torch.Tensor]]) -> bool:
+        """Follow the storages under ``spans``, found among ``tensors()`` (asked only for spans not
+        followed yet); whether every span lies on one (``covers``)."""
+        spans = list(spans)
+        wanted = Ranges(spans)
+        for ptr in [p for p, (_, nbytes) in self._refs.items() if not wanted.touches(p, nbytes)]:
+            del self._refs[ptr]   # no longer watched
+        self._ptrs = sorted(self._refs)
+        missing = [span for span in spans if not self._covered(span)]
+        if missing:
+            lost = Ranges(missing)
+            for t in tensors():
+                try:
+                    storage = t.untyped_storage()
+                    ptr, nbytes = storage.data_ptr(), storage.nbytes()
+                except (RuntimeError, NotImplementedError):   # no storage (a tracing tensor)
+                    continue
+                if ptr and ptr not in self._refs and lost.touches(ptr, nbytes):
+                    self._refs[ptr] = (weakref.ref(storage, functools.partial(self._died, ptr)), nbytes)
+        self._ptrs = sorted(self._refs)
+        self.covers = all(self._covered(span) for span in missing)
+        return self.covers
+
+    def stop(self) -> None:
+        """Follow nothing (the recording ended): no callback fires from now on."""
+        self._refs.clear()
+        self._ptrs = []
+        self.covers = False
+
+    def _covered(self, span: Span) -> bool:
+        lo, hi = span
+        i = bisect.bisect_right(self._ptrs, lo) - 1
+        return i >= 0 and self._ptrs[i] + self._refs[self._ptrs[i]][1] >= hi
+
+    def _died(self, ptr: int, ref: weakref.ref) -> None:
+        kept = self._refs.get(ptr)
+        if kept is not None and kept[0] is ref:
+            self._refs[ptr] = (None, kept[1])
+            self._on_freed(ptr)

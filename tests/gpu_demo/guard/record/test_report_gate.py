@@ -1,0 +1,123 @@
+"""Standing aside with torch's GPU-trace reports off: the gate that stops them, and the frees still seen."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, streams  # noqa: E402
+
+from gpu_demo.guard.process import CaptureChecker  # noqa: E402
+from gpu_demo.guard.record import hooks, report_gate  # noqa: E402
+from gpu_demo.guard.record.free_watch import FreeWatch  # noqa: E402
+from gpu_demo.guard.record.report_gate import GATE, ReportGate  # noqa: E402
+
+__all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
+def test_the_gate_shuts_only_reports_that_were_on_and_opens_only_what_it_shut():
+    flag = SimpleNamespace(value=True)              # torch's flag, after ``_activate_gpu_trace``
+    gate = ReportGate(flag)
+    gate.shut()
+    assert flag.value is False and gate.shut_now
+    gate.open()
+    assert flag.value is True and not gate.shut_now
+    never = SimpleNamespace(value=False)            # a process that never activated the reports
+    gate = ReportGate(never)
+    gate.shut()
+    gate.open()
+    assert never.value is False
+    missing = ReportGate(None)                      # a torch without the symbol: reports as before
+    missing.shut()
+    assert not missing.available and not missing.shut_now
+
+
+def test_this_torch_exports_the_flag_the_gate_writes():
+    assert GATE.available
+
+
+def test_a_watched_blocks_free_is_told_when_its_storage_dies_not_when_its_tensor_does():
+    freed: list[int] = []
+    static, weight, other = torch.randn(64), torch.randn(16, 16), torch.randn(64)
+    watch = FreeWatch(freed.append)
+    tensors = [static, weight, other]
+    assert watch.watch([span(static), span(weight[2:4])], lambda: iter(tensors))
+    view, ptr = weight[4:], weight.data_ptr()
+    del tensors[:], weight                          # the tensor object dies, its storage lives in the view
+    gc.collect()
+    assert freed == []
+    other = None                                    # not watched: no word of it
+    del view
+    gc.collect()
+    assert freed == [ptr]
+    static.set_(torch.randn(8))                     # its block let go under the same tensor object
+    assert len(freed) == 2 and watch.covers        # a freed block stays covered: rule 10 has its free
+
+
+def test_a_span_on_no_live_storage_is_not_covered_and_a_stopped_watch_tells_nothing():
+    freed: list[int] = []
+    watch = FreeWatch(freed.append)
+    held = [torch.randn(8)]
+    assert not watch.watch([(1, 2)], lambda: iter(held))
+    assert watch.watch([span(held[0])], lambda: iter(held))   # asked again with other spans: those
+    held.append(torch.randn(8))
+    assert watch.watch([span(held[1])], lambda: iter(held))   # the first no longer watched, the second is
+    watch.stop()
+    held.clear()
+    gc.collect()
+    assert freed == [] and not watch.covers
+
+
+def test_reports_go_off_only_while_the_one_listener_is_quiet_and_nobody_registered_a_callback(monkeypatch):
+    flag = SimpleNamespace(value=True)
+    monkeypatch.setattr(report_gate, "GATE", ReportGate(flag))
+    listener = SimpleNamespace(quiet=True, on_allocated=None, **{name: lambda *a: None for name in (
+        "on_event_created", "on_event_deleted", "on_event_recorded", "on_event_waited", "on_freed",
+        "on_synchronized")})
+    with hooks.listening(listener):
+        assert flag.value is False
+        listener.quiet = False
+        hooks.reroute()
+        assert flag.value is True
+        listener.quiet = True
+        hooks.reroute()
+        assert flag.value is False
+        from torch.cuda import _gpu_trace
+        _gpu_trace.register_callback_for_memory_allocation(print)   # a sanitizer's, registered the documented way
+        try:
+            hooks.reroute()
+            assert flag.value is True
+        finally:
+            _gpu_trace.MemoryAllocationCallbacks.callback_list.remove(print)
+        hooks.reroute()
+    assert flag.value is True                       # nobody listens: as torch left it
+
+
+def test_a_server_that_rebuilds_a_static_input_is_caught_with_no_free_report(streams, fake_graph_methods):
+    # Serving, the recorder stands aside quiet: the rebuilt input's old block is freed with no report
+    # from the runtime (the fakes report none for a dropped tensor), and rule 10 still fires.
+    graph, inputs = FakeGraph(), {}
+    with recording(streams) as recorder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
+        weight, inputs["x"] = torch.randn(64), torch.randn(64) * 1
+        with cuda_graph(graph, streams):
+            out = inputs["x"] * weight + 1            # ``inputs["x"] * weight``: an intermediate, gone at once
+        torch.cuda.CUDAGraph.replay(graph)
+        # Quiet: the input and the weight are followed through their storages; the dead intermediate's
+        # block is the graph pool's, whose free no rule uses.
+        assert recorder.aside.quiet and not checker.reports[-1].findings
+        out.clone()                                   # a read of the graph's result: still recorded
+        torch.cuda.CUDAGraph.replay(graph)
+        inputs["x"] = torch.randn(64) * 1             # rebuilt: the graph still reads the old block
+        torch.cuda.CUDAGraph.replay(graph)
+    assert [f.code for r in checker.reports for f in r.findings] == ["freed_under_graph"]
