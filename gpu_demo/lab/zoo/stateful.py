@@ -112,7 +112,8 @@ def running_norm(device: torch.device, dtype: torch.dtype) -> tuple[nn.Module, t
     return RunningNorm(64, device, dtype), (torch.randn(8, 64, device=device, dtype=dtype),)
 
 
-TARGETS = (*(f"{__name__}:{m}_stateful_decode" for m in DECODERS), f"{__name__}:running_norm", f"{__name__}:{PLANTED}")
+# named by the importable module, never `__main__`: the check imports each target afresh in its worker
+TARGETS = (*(f"{PROGRAM}:{m}_stateful_decode" for m in DECODERS), f"{PROGRAM}:running_norm", f"{PROGRAM}:{PLANTED}")
 
 
 def check_all(dtype: str = "bfloat16", replays: int = 3) -> list[dict[str, Any]]:

@@ -8,6 +8,8 @@ planted one is caught by its replays as well as by the checker.
 
 from __future__ import annotations
 
+import runpy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,6 +19,7 @@ from gpu_demo.guard.check import check_capture  # noqa: E402
 from gpu_demo.guard.differential import live_warm_up  # noqa: E402
 from gpu_demo.guard.protocol.capture_replay import WARM_UP_CALLS  # noqa: E402
 from gpu_demo.guard.protocol.worker import warm_checks  # noqa: E402
+from gpu_demo.guard.target import load  # noqa: E402
 from gpu_demo.lab.zoo import stateful  # noqa: E402
 from simlib.checker.rules import FROZEN_HOST_VALUE, HOST_STATE_BRANCH  # noqa: E402
 from simlib.glossary import NOT_ON_GPU, NOT_SAFE, SILENT_WRONG  # noqa: E402
@@ -60,3 +63,11 @@ def test_steps_with_state_pass_and_the_planted_counter_is_caught_on_a_gpu():
     planted = reports[PLANTED]
     assert (planted.answer, planted.verdict) == (NOT_SAFE, SILENT_WRONG), planted.format()
     assert FROZEN_HOST_VALUE.code in planted.codes, planted.format()
+
+
+def test_the_targets_resolve_when_the_module_runs_as_a_script():
+    # `python -m gpu_demo.lab.zoo.stateful` runs it as __main__, which the check's worker cannot import
+    scripted = runpy.run_module(stateful.PROGRAM, run_name="__main__.notrun")
+    assert all(target.split(":")[0] == stateful.PROGRAM for target in scripted["TARGETS"])
+    assert [load(target).__name__ for target in scripted["TARGETS"]] == [
+        target.split(":")[1] for target in scripted["TARGETS"]]
