@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from open_on_h200 import judged
 
 from gpu_demo.lab import corpus
 from gpu_demo.lab.cli import check as check_commands
@@ -368,7 +369,7 @@ def test_the_committed_results_are_of_current_programs_with_provenance_and_the_s
 # so the list is kept true. Both were changed after that run (the eager trim keeps in-capture
 # allocations; pool-routed allocations are booked to their pool); a rerun on the GPU decides.
 @needs_results
-@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS])
+@pytest.mark.parametrize("name", judged([n for n in RUN if corpus.load(n).EXPECTED == corpus.HAZARDOUS]))
 def test_every_hazardous_program_was_flagged_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:
@@ -378,7 +379,7 @@ def test_every_hazardous_program_was_flagged_on_the_gpu(name):
 
 
 @needs_results
-@pytest.mark.parametrize("name", [n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE])
+@pytest.mark.parametrize("name", judged([n for n in RUN if corpus.load(n).EXPECTED == corpus.SAFE]))
 def test_every_safe_program_was_clean_and_correct_on_the_gpu(name):
     (result,) = [p for p in committed["programs"] if p["name"] == name]
     if result.get("guard") is not None:

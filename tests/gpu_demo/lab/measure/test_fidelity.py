@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from open_on_h200 import OPEN, WRONG_TRUTH
 
 from gpu_demo.lab.measure import conformance, prediction
 from simlib.engine.profiles import H200
@@ -195,8 +196,15 @@ def test_without_corpus_results_no_gallery_program_counts_as_agreeing(tmp_path):
 
 def test_every_gallery_twin_the_h200_ran_agrees_with_the_simulator():
     ran = [r for r in conformance.gallery_rows() if r.gpu is not None]
-    disagreements = [r for r in ran if not r.agree]
+    disagreements = [r for r in ran if not r.agree and r.name not in WRONG_TRUTH]
     assert not disagreements, conformance.format_gallery_table(disagreements)
+
+
+@pytest.mark.parametrize("row", [r for r in conformance.gallery_rows() if r.name in WRONG_TRUTH], ids=lambda r: r.name)
+def test_a_gallery_twin_still_open_on_the_h200_disagrees_until_a_rerun_fixes_it(row):
+    # the committed run contradicts the simulator for these (tests/support/open_on_h200.py); once a
+    # rerun agrees, this fails until the entry is removed there
+    assert row.gpu is not None and not row.agree, f"{row.name} agrees now: remove it from OPEN ({OPEN[row.name]})"
 
 
 def test_every_gallery_program_has_its_pytorch_twin_in_the_corpus():
