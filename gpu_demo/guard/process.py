@@ -58,7 +58,7 @@ from gpu_demo.guard.record.naming import renamed_text
 from gpu_demo.guard.record.recorder import CaptureRecorder
 from simlib.checker import Finding, IncrementalChecker, format_report
 from simlib.checker.incremental import WINDOW
-from simlib.checker.sites import located
+from simlib.checker.sites import SiteBook, located
 from simlib.trace import Capture, Replay
 
 ON_HAZARD = ("raise", "warn")
@@ -118,10 +118,12 @@ class CaptureChecker:
     _fed: int = 0          # records of ``recorder.trace`` fed so far
     _watched: int = -1     # the checker's ``watch_changes`` the recorder's watch was last given
     _reported: set[tuple[Any, ...]] = field(default_factory=set)
+    _sites: SiteBook = field(init=False)   # the user's lines of records fed and dropped
 
     def __post_init__(self) -> None:
         _valid(self.on_hazard)
         self.checker = IncrementalChecker(whole_program=True, window=WINDOW)
+        self._sites = SiteBook(WINDOW)
         self.recorder.capture_ended.append(self.check_graph)
         self.recorder.replayed.append(self.check_replay)
         if self.whole_process:   # a program that records long without capturing or replaying
@@ -175,7 +177,7 @@ class CaptureChecker:
     def check_now(self, what: str = "at the end") -> None:
         """A last check (the block exits, the process ends): what is left to feed, then what only
         the end can tell (a free in a capture no replay followed, inputs left stale)."""
-        found = self._feed() + self.checker.finish()
+        found = self._feed() + self._located(self.checker.finish())
         self._report(None, found, what, "", None)
 
     def _watch(self) -> None:
@@ -189,14 +191,21 @@ class CaptureChecker:
         new = records[self._fed:]
         self.captures += sum(type(r) is Capture and r.op == "begin" for r in new)
         found = self.checker.feed(new)
-        if found:
-            found = located(found, new)
+        if self.whole_process:
+            self._sites.add(new)
+        found = self._located(found)
         if self.whole_process:
             del records[:]   # fed: the checker keeps what it needs
             self._fed = 0
         else:
             self._fed = len(records)
         return found
+
+    def _located(self, found: list[Finding]) -> list[Finding]:
+        """``found`` with the user's lines: from the book once records are dropped, else the records."""
+        if not found:
+            return found
+        return self._sites.located(found) if self.whole_process else located(found, self.recorder.trace.records)
 
     def _report(self, graph: int | None, found: list[Finding], what: str, failed: str, error: str | None,
                 *, always: bool = False) -> None:

@@ -8,10 +8,11 @@ saw before it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import replace
 from typing import Iterable
 
-from ..trace import Record
+from ..trace import Capture, Record
 from .findings import Finding
 
 NEAR = "near "
@@ -31,3 +32,49 @@ def located(findings: list[Finding], records: Iterable[Record]) -> list[Finding]
         if site:
             last = site
     return [replace(f, site=sites[f.step]) if not f.site and f.step in sites else f for f in findings]
+
+
+class SiteBook:
+    """The lines of records fed and then dropped, for findings that point back at them.
+
+    The whole-process check drops records once fed, but a rule may report later what a record
+    fed long ago did (rule 7 at the first replay names a read in the capture; rules 10 and 11
+    name a free or a write before the replay). The book keeps every line of a capture (captures
+    are few and their records are what the graphs froze) and the last ``window`` lines outside
+    one, so it stays bounded while a server serves.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self._in_capture = False
+        self._captured: tuple[list[int], list[str]] = ([], [])
+        self._eager: tuple[list[int], list[str]] = ([], [])
+
+    def add(self, records: Iterable[Record]) -> None:
+        """Book the lines of ``records``, fed in order."""
+        for r in records:
+            if type(r) is Capture:
+                self._in_capture = r.op == "begin"
+            site = getattr(r, "site", "")
+            if site:
+                steps, sites = self._captured if self._in_capture else self._eager
+                steps.append(r.step)
+                sites.append(site)
+        steps, sites = self._eager
+        if len(steps) > 2 * self.window:   # trimmed in halves, so adding stays cheap
+            del steps[:-self.window], sites[:-self.window]
+
+    def site_at(self, step: int) -> str:
+        """The line of ``step``'s record, else ``near`` the last line booked before it, else ``""``."""
+        best, where = -1, ""
+        for steps, sites in (self._captured, self._eager):
+            i = bisect_right(steps, step) - 1
+            if i >= 0 and steps[i] > best:
+                best, where = steps[i], sites[i]
+        if best < 0:
+            return ""
+        return where if best == step else NEAR + where
+
+    def located(self, findings: list[Finding]) -> list[Finding]:
+        """``findings``, each without a ``site`` given the one the book knows for its step."""
+        return [replace(f, site=self.site_at(f.step)) if not f.site else f for f in findings]

@@ -9,6 +9,7 @@ graph still uses fire at the replay; the warning points at the user's line.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 
@@ -272,7 +273,6 @@ def test_make_graphed_callables_is_checked_through_capture_checked(drifting):
 def test_the_whole_process_check_records_eager_work_from_its_start_and_says_it_saw_no_capture():
     import subprocess
     import sys
-    from pathlib import Path
 
     program = ("import torch\n"
                "from gpu_demo.guard.process import check_process\n"
@@ -305,11 +305,14 @@ def test_a_cache_made_inside_the_first_capture_and_written_by_the_next_graph_is_
             out_big = torch.matmul(big, w, out=cache[:4])
         with cuda_graph(second, streams):
             torch.matmul(small, w, out=cache[:2])
-        with pytest.warns(CaptureHazardWarning, match="graphs_clobber"):
+        with pytest.warns(CaptureHazardWarning, match="graphs_clobber") as caught:
             for _ in range(2):
                 torch.cuda.CUDAGraph.replay(first)
                 torch.cuda.CUDAGraph.replay(second)
                 out_big.clone()
+    # the clobbering write was captured long before the replay reports it: its line is still named
+    (said,) = [str(w.message) for w in caught if "graphs_clobber" in str(w.message)]
+    assert "rule 11 (graphs_clobber) at step" in said and f"{Path(__file__).name}:" in said, said
 
 
 def test_the_whole_process_check_lets_the_young_generation_grow_and_leaves_a_collector_turned_off_alone():

@@ -29,3 +29,23 @@ def test_findings_are_frozen_plain_data():
     data = json.loads(json.dumps(finding.to_dict()))
     assert data["rule"] == 1 and data["code"] == "host_mutation" and data["severity"] == "error"
     assert data["pointers"] == [hex(p) for p in finding.pointers]
+
+
+def test_the_site_book_names_a_captured_line_long_after_eager_lines_were_trimmed():
+    from simlib.checker.findings import ERROR, Finding
+    from simlib.checker.sites import NEAR, SiteBook
+    from simlib.trace import Capture, Launch
+
+    def launch(step, site):
+        return Launch(step, 0.0, 1, "aten.mm", "mm", "", "main", (), None, site=site)
+
+    book = SiteBook(window=2)
+    book.add([Capture(1, 0.0, "begin", 0, "main"), launch(2, "model.py:10"), Capture(3, 0.0, "end", 0, "main")])
+    book.add([launch(step, f"serve.py:{step}") for step in range(4, 20)])
+    finding = Finding(11, "graphs_clobber", ERROR, 2, "t", (), "why", "fix")
+    free = Finding(10, "freed_under_graph", ERROR, 19, "t", (), "why", "fix")
+    # the capture's line stays; the eager window keeps only the newest lines; a step without a line of
+    # its own is placed near the last line before it
+    assert [f.site for f in book.located([finding, free])] == ["model.py:10", "serve.py:19"]
+    assert book.site_at(5) == NEAR + "model.py:10" and book.site_at(0) == ""
+    assert book.site_at(25) == NEAR + "serve.py:19"
