@@ -93,6 +93,14 @@ def read_shapes(launch: Launch) -> tuple[tuple[int, ...], ...]:
     return tuple(a.shape for a in launch.args if a.reads)
 
 
+def same_shapes(call: dict[LaunchKey, Launch], other: dict[LaunchKey, Launch]) -> bool:
+    """Whether every launch the two calls share (by key) reads the same shapes in both: the
+    same code on the same shapes, so the same graph would stand for both. A prefill and the
+    decode steps after it run the same launches on other shapes; a launch that reads nothing
+    (``arange``) or only a fixed-shape counter (``add_``) cannot tell them apart by itself."""
+    return all(read_shapes(launch) == read_shapes(other[key]) for key, launch in call.items() if key in other)
+
+
 def with_calls(records: list[Record], graph: int) -> list[Record]:
     """``records`` with ``Call`` records around the eager calls before ``graph``'s capture that
     repeat its captured code, and around the capture's call; as they are when they already

@@ -81,10 +81,9 @@ class Index:
     views: dict[TensorId, View] = field(default_factory=dict)
     views_of: dict[TensorId, list[View]] = field(default_factory=lambda: defaultdict(list))
     eager: list[Launch | Alloc | Free | Capture] = field(default_factory=list)  # outside captures
-    alloc_steps: dict[DataPtr, list[int]] = field(default_factory=lambda: defaultdict(list))
     alloc_nbytes: dict[DataPtr, int] = field(default_factory=dict)
-    # A whole process: views and allocation steps kept only as far as the newest records need
-    # (a view's lineage, an input's last allocation), so the index does not grow with the run.
+    # A whole process: views kept only as far as the newest records need (a view's lineage),
+    # so the index does not grow with the run.
     bounded: bool = False
 
     capturing: GraphId | None = None    # the capture open now: allocator records join it
@@ -114,10 +113,6 @@ class Index:
             if self.bounded and len(self.views) > VIEWS_KEPT:
                 self._forget_old_views()
         elif kind is Alloc:
-            steps = self.alloc_steps[r.ptr]
-            steps.append(r.step)
-            if self.bounded and len(steps) > 8:
-                del steps[:4]
             self.alloc_nbytes[r.ptr] = r.nbytes
             if self.capturing is None:
                 self.eager.append(r)

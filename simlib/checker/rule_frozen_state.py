@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..glossary import GRAPH_HOLDS, NO_NODE
-from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Mutation, SkippedLaunch, TensorId
+from ..trace import Alloc, Arg, Capture, DataPtr, GraphId, Launch, Mutation, SkippedLaunch, TensorId
 from .findings import Finding, plural
 from .index import Graph, Index
 from .intervals import Intervals
@@ -80,15 +80,28 @@ def _unwritten_reads(g: Graph) -> list[tuple[Launch, Arg]]:
 
 
 def _input_sources(g: Graph, bit: int, index: Index) -> Iterator[tuple[DataPtr, DataPtr, int, int]]:
-    """(lo, hi, bit, since) per static input: reading [lo, hi) after step ``since`` (its last
-    allocation before the capture) reads the input."""
+    """(lo, hi, bit, since) per static input: reading [lo, hi) after step ``since`` (the last
+    allocation before the capture of the block that holds it) reads the input."""
     assert g.begin is not None
     extents = g.input_extents(g.inputs)
+    since = _allocated(g.inputs, g.begin.step, index)
     for p in g.inputs:
         extent = max(extents[p], index.alloc_nbytes.get(p, 0))
-        steps = index.alloc_steps.get(p, [])
-        before = [s for s in steps if s < g.begin.step]
-        yield p, p + extent, bit, before[-1] if before else -1
+        yield p, p + extent, bit, since[p]
+
+
+def _allocated(ptrs: tuple[DataPtr, ...], before: int, index: Index) -> dict[DataPtr, int]:
+    """The step of the latest allocation before step ``before`` of the block that holds each
+    pointer (-1: none seen). By the block, not the pointer: an input read as a view inside its
+    block (``x.chunk(2)[1]``) starts no allocation, and what the block held before the input
+    (a temporary, freed) is no data of the input."""
+    since = dict.fromkeys(ptrs, -1)
+    for r in index.eager:
+        if type(r) is Alloc and r.step < before:
+            for p in ptrs:
+                if r.ptr <= p < r.ptr + max(r.nbytes, 1):
+                    since[p] = r.step
+    return since
 
 
 def _propagate(launch: Launch, derived: Intervals[_Derived],

@@ -5,9 +5,10 @@ counter the captured call advanced (rule 16, a warning when the capture ends,
 before any replay), a graph's output kept over replays and read as a list
 (rule 13, through the memory watch once the program serves) and an op between
 two graphs that hands the second a fresh tensor (rule 18). And the corpus's real
-Hugging Face decode step (where transformers is installed): with a sliding
-window, the capture's end warns of both layers' host counts; with full
-attention, nothing.
+Hugging Face decode loop (where transformers is installed): with a sliding
+window, the capture's end warns of both layers' host counts and rule 8 finds the
+host count frozen into the positions; with full attention, nothing (its prefill
+is another graph's call).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gpu_fakes import FakeGraph, cuda_graph, fake_graph_methods, recording, stre
 from gpu_demo import CaptureHazardWarning  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
 from simlib.checker.rules import (  # noqa: E402
+    FROZEN_HOST_VALUE,
     HOST_STATE_BRANCH,
     INPUT_FRESH_BETWEEN_GRAPHS,
     OUTPUT_OVERWRITTEN,
@@ -135,22 +137,36 @@ def test_an_op_between_two_pieces_that_returns_a_fresh_tensor_is_a_fresh_input_o
     assert INPUT_FRESH_BETWEEN_GRAPHS.code in {code for _, code in found(checker)}
 
 
-@pytest.mark.parametrize("program, warned", [("hf_sliding_window_decode", True), ("hf_full_attention_decode", False)])
-def test_a_hugging_face_decode_step_captured_before_its_window_fills_warns_at_the_capture(
-        program, warned, streams, fake_graph_methods):
+@pytest.mark.parametrize("program, hazardous", [("hf_sliding_window_decode", True),
+                                                ("hf_full_attention_decode", False)])
+def test_a_hugging_face_decode_step_captured_before_its_window_fills_is_reported_at_the_capture(
+        program, hazardous, streams, fake_graph_methods):
+    """The corpus script's loop: prefill and eager decode steps of the model and its eager twin,
+    then the captured step. The prefill launches the decode's ops on 4 tokens (``arange(4)``,
+    ``length.add_(4)``): another graph's call, never compared by rule 8."""
     pytest.importorskip("transformers")
     from gpu_demo.lab import corpus
 
     loop = corpus.load(program)
-    model, cache = loop.build(torch.device("cpu"), torch.float32, 0)
-    tokens = torch.randint(0, 256, (1, loop.PROMPT + 2))
+    pair = [loop.build(torch.device("cpu"), torch.float32, 0) for _ in range(2)]   # the model and its twin
+    tokens = torch.randint(0, 256, (1, loop.PROMPT + 1))
+    prompt = torch.arange(loop.PROMPT)
+    ids, positions = tokens[:, loop.PROMPT:], prompt[-1:].clone()
     with recording(streams) as recorder, torch.no_grad():
         checker = whole_process(recorder)
-        loop.decode(model, cache, tokens[:, :loop.PROMPT], torch.arange(loop.PROMPT))
-        ids, positions = tokens[:, loop.PROMPT:loop.PROMPT + 1], torch.tensor([loop.PROMPT])
-        loop.decode(model, cache, ids, positions)
+        for model, cache in pair:
+            loop.decode(model, cache, tokens[:, :loop.PROMPT], prompt)
+        for step in range(loop.EAGER_STEPS):
+            positions.fill_(loop.PROMPT + step)
+            for model, cache in pair:
+                loop.decode(model, cache, ids, positions)
+        positions.fill_(loop.PROMPT + loop.EAGER_STEPS)
+        model, cache = pair[0]
         with cuda_graph(FakeGraph(), streams):
-            loop.decode(model, cache, ids, positions + 1)
+            loop.decode(model, cache, ids, positions)
     found = {(f.code, f.label) for report in checker.reports for f in report.findings}
     layers = {(HOST_STATE_BRANCH.code, f"cache.layers[{i}].cumulative_length_int") for i in range(2)}
-    assert found == (layers if warned else set())
+    if hazardous:   # the host count past the prompt, frozen into the mask's positions
+        assert layers <= found and (FROZEN_HOST_VALUE.code, "add: other") in found
+    else:
+        assert found == set()

@@ -59,3 +59,33 @@ def test_without_call_records_nothing_is_compared():
     t.launch("mul", arg(1, W), scalars=[("scale", "0.5")])
     t.capture(0, lambda: t.launch("mul", arg(1, W), scalars=[("scale", "1.0")]))
     assert t.check() == []
+
+
+def step(t: Tracer, tokens: int, start: str | None = None) -> None:
+    """One decode step over ``tokens`` tokens, from the host position ``start`` (``None``: a
+    position tensor on the device, as transformers' ``StaticLayer`` keeps): the embedding reads the
+    ids; ``arange(tokens)`` reads nothing and the cache length's ``add_`` reads a counter of
+    fixed shape, so only the call's other launches say how many tokens it ran on."""
+    t.launch("embedding", arg(1, W, nbytes=8 * tokens, shape=(1, tokens)), arg(2, W + 512, "w"))
+    t.launch("arange", arg(3, W + 1024, "w", nbytes=8 * tokens, shape=(tokens,)), scalars=[("end", str(tokens))])
+    t.launch("add_", arg(4, W + 2048, "rw", nbytes=8, shape=(1,)), scalars=[("other", str(tokens))])
+    t.launch("add", arg(3, W + 1024, nbytes=8 * tokens, shape=(tokens,)), arg(5, W + 3072, "w"),
+             scalars=[("start", start)] if start else [])
+
+
+def test_a_prefill_is_another_graphs_call_even_where_a_launch_reads_the_same_shapes():
+    t = Tracer()
+    t.call("warmup", lambda: step(t, 4))                            # the prefill: 4 tokens
+    t.call("warmup", lambda: step(t, 1))
+    t.call("capture", lambda: t.capture(0, lambda: step(t, 1)))
+    assert t.check() == []
+
+
+def test_a_decode_step_still_freezes_a_host_position_the_prefill_aside():
+    t = Tracer()
+    for tokens, start in ((4, "0"), (1, "4"), (1, "5")):
+        t.call("warmup", lambda tokens=tokens, start=start: step(t, tokens, start))
+    t.call("capture", lambda: t.capture(0, lambda: step(t, 1, "6")))
+    findings = t.check()
+    assert [(f.rule, f.label) for f in findings] == [(8, "add: start")]
+    assert "start=4, 5 in the 2 earlier calls" in findings[0].why

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from checker_stories import Recorder, warm_up_and_capture
+from checker_stories import Recorder, T, warm_up_and_capture
 
 from simlib.checker import ERROR
+from simlib.checker.incremental import IncrementalChecker
 from simlib.glossary import GRAPH_HOLDS, NO_NODE
 from simlib.trace import Free
 
@@ -68,3 +69,32 @@ def test_data_derived_from_the_input_but_freed_before_the_capture_is_not_frozen(
     rec.launch("lookup", reads=[hidden, table], writes=[rec.empty("y")])
     rec.end()
     assert rec.check() == []
+
+
+
+
+@pytest.mark.parametrize("from_input", [False, True], ids=["from_a_temporary", "from_the_input"])
+def test_an_input_viewed_inside_its_block_derives_only_from_what_it_held_since_its_allocation(from_input):
+    """``x.chunk(2)[1]``: the graph reads its input at a pointer inside the input's block, where
+    no allocation starts. A rotary table computed from a temporary the block held before the
+    input was allocated there derives nothing from the input (the whole process names the
+    inputs by the refresh before the first replay); the table computed from the input is frozen."""
+    rec = Recorder()
+    table = rec.empty("cos_table", shape=(32,))
+    scratch = rec.empty("scratch", shape=(64,))
+    rec.launch("arange", writes=[scratch])                                  # from constants
+    if not from_input:
+        rec.launch("cos", reads=[scratch], writes=[table])
+    rec._emit(Free, label="scratch", ptr=scratch.ptr, nbytes=0, stream="main", pool="default", graph=None)
+    hidden = rec.empty("hidden", ptr=scratch.ptr, shape=(64,))            # the block again: the input
+    rec.launch("copy_", writes=[hidden])
+    second = T(hidden.id, "hidden", hidden.ptr + hidden.storage // 2, (32,), hidden.storage // 2)
+    if from_input:
+        rec.launch("cos", reads=[second], writes=[table])
+    rec.begin()
+    rec.launch("rotate", reads=[second, table], writes=[rec.empty("y", shape=(32,))])
+    rec.end()
+    rec.launch("copy_", writes=[hidden])                                    # the refresh names the input
+    rec.replay(0)
+    found = IncrementalChecker(whole_program=True).feed(rec.records)
+    assert [f.label for f in found if f.rule == 7] == (["cos_table"] if from_input else [])
