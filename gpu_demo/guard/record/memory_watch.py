@@ -10,9 +10,10 @@ op's own cost), so the recorder leaves the dispatch stack and this
 ``TorchFunctionMode`` stands at the bottom of the torch-function stack
 instead: each Python-level call (``out.clone()``, ``static.copy_(x)``,
 ``torch.stack(outs)``) is checked against the watched ranges by its tensors'
-pointers, and only a call that touches one runs with the recorder back on the
-dispatch stack, recorded op by op. Frees are judged by the allocator's report
-alone (``Ranges.touches``), without any mode.
+pointers (and a storage's: a ``set_`` onto it makes a weak reference), and
+only a call that touches one runs with the recorder back on the dispatch
+stack, recorded op by op. Frees are judged by the allocator's report alone
+(``Ranges.touches``), without any mode.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch.overrides import TorchFunctionMode
 from gpu_demo.guard.record import tensor_reads
 
 _data_ptr, _numel, _itemsize = tensor_reads.data_ptr, tensor_reads.numel, tensor_reads.itemsize
-_Tensor = torch.Tensor
+_Tensor, _Storage = torch.Tensor, torch.UntypedStorage
 _GETTER = type(_Tensor.shape.__get__)   # what a property read (``x.shape``, ``x.dtype``) reaches the mode as
 # Calls that read a tensor's metadata, never its memory: they pass at once (models make many).
 _METADATA = frozenset(getattr(_Tensor, name) for name in (
@@ -80,6 +81,9 @@ class MemoryWatch(TorchFunctionMode):
         for v in values:
             if isinstance(v, _Tensor):
                 if _on(ranges, v):
+                    return True
+            elif type(v) is _Storage:   # ``t.set_(storage, ...)``: a weak reference made onto watched memory
+                if ranges.touches(v.data_ptr(), v.nbytes()):
                     return True
             elif type(v) is list or type(v) is tuple:
                 for t in v:

@@ -28,7 +28,7 @@ from gpu_demo.guard.record.journal import Journal
 from gpu_demo.guard.record.ledger import AllocationLedger
 from gpu_demo.guard.record.op_plans import OpPlan
 from gpu_demo.guard.record.stream_order import StreamOrder
-from simlib.trace import Arg, HostRead, Mutation
+from simlib.trace import Arg, HostRead, Mutation, View
 
 _numel, _shape = tensor_reads.numel, tensor_reads.shape   # not the program's reads: no HostRead for them
 
@@ -76,6 +76,7 @@ class MutationWatch:
             ledger.releasing.pop(ptr, None)
         ledger.claim([tensor])
         self.mutated_now(plan.opname, tensor, old)
+        self._aliased(tensor)
         # The runtime reports a freed CUDA block itself; elsewhere the dropped last
         # reference is the only sign that the block is free.
         if ref.expired() and nbytes and not ledger.freed_since(start, ptr):
@@ -99,6 +100,29 @@ class MutationWatch:
         if journal.graph is not None:
             self._mutated.add(handle.id)
             self.host_reads.arm(self._host_read)  # from now on a read of its shape may decide what is captured
+
+    def _aliased(self, tensor: torch.Tensor) -> None:
+        """A ``set_`` onto a storage made from another live tensor's pointer (a weak reference:
+        vLLM's ``weak_ref_tensor``, ``torch._C._construct_storage_from_data_pointer``) makes a
+        ``View`` of that tensor: no op links the two, and without the link a read through the
+        weak reference could not be told from a read of whatever a graph later lays on the same
+        bytes (rule 11 follows a result through its views). A storage shared as such
+        (``x.set_(y)``) is not an alias made behind the allocator's back and links nothing."""
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+        if not ptr:
+            return
+        entry = self._ledger.blocks.get(ptr)
+        first = entry[1].ref() if entry is not None else None
+        if first is not None and first is not tensor and first.untyped_storage().data_ptr() == ptr:
+            base = first if first.untyped_storage()._cdata != storage._cdata else None
+        else:   # the block's first tensor is gone or moved (its free unseen): any live one on those bytes
+            base = next((t for t in self._handles.alive() if t is not tensor and _aliases(t, ptr, storage)), None)
+        if base is None:
+            return
+        handle, journal = self._handles.handle(tensor), self._journal
+        journal.add(View, handle.id, handle.label, self._handles.handle(base).id, tensor.data_ptr(), _numel(tensor),
+                    tuple(_shape(tensor)), journal.graph)
 
     def swapped(self, tensor: torch.Tensor, seen: tuple[int, int, tuple[int, ...]]) -> None:
         """``tensor``'s storage is not what it was at its last recorded use (``seen``), and no
@@ -170,6 +194,12 @@ class MutationWatch:
         with journal.quiet():
             journal.emit(HostRead, op=op, tensor=handle.id, label=handle.label, shape=tuple(_shape(t)),
                          stream=self._order.stream(), graph=journal.graph)
+
+
+def _aliases(t: torch.Tensor, ptr: int, storage: torch.UntypedStorage) -> bool:
+    """Is ``t``'s own storage another one starting at ``ptr`` (``storage``'s pointer)?"""
+    theirs = t.untyped_storage()
+    return theirs.data_ptr() == ptr and theirs._cdata != storage._cdata
 
 
 def _has_memory(storage: torch.UntypedStorage) -> bool:

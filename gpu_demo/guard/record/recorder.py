@@ -24,7 +24,9 @@ from the program: plain ``torch.cuda.Stream``, ``wait_stream``,
 * host-side metadata changes (``set_``, ``resize_``, and a storage's
   ``resize_``) become ``Mutation`` records with the old and new pointer, size
   and shape; during a capture, a later read of such a tensor's shape, size or
-  length becomes a ``HostRead`` (``gpu_demo.record.host_reads``);
+  length becomes a ``HostRead`` (``gpu_demo.record.host_reads``); a ``set_``
+  onto a storage made from another tensor's pointer (a weak reference) is
+  also a ``View`` of that tensor;
 * ``torch.cuda.graph`` captures become ``Capture`` begin/end records and
   ``CUDAGraph.replay`` a ``Replay``; records made in between carry the graph id;
 * from the CUDA runtime (``gpu_demo.record.hooks``): event record/wait become

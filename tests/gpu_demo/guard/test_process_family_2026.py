@@ -3,8 +3,10 @@
 Weights rebound after the capture (rule 14, at the replay after the sync), a host
 counter the captured call advanced (rule 16, a warning when the capture ends,
 before any replay), a graph's output kept over replays and read as a list
-(rule 13, through the memory watch once the program serves) and an op between
-two graphs that hands the second a fresh tensor (rule 18). And the corpus's real
+(rule 13, through the memory watch once the program serves), an op between
+two graphs that hands the second a fresh tensor (rule 18), and a drafter's
+replay over the target's logits kept as a weak reference (rule 11: the weak
+reference, made from a pointer, is followed as a view). And the corpus's real
 Hugging Face decode loop (where transformers is installed): with a sliding
 window, the capture's end warns of both layers' host counts and rule 8 finds the
 host count frozen into the positions; with full attention, nothing (its prefill
@@ -12,6 +14,8 @@ is another graph's call).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 
@@ -23,6 +27,7 @@ from gpu_demo import CaptureHazardWarning  # noqa: E402
 from gpu_demo.guard.process import CaptureChecker  # noqa: E402
 from simlib.checker.rules import (  # noqa: E402
     FROZEN_HOST_VALUE,
+    GRAPHS_CLOBBER,
     HOST_STATE_BRANCH,
     INPUT_FRESH_BETWEEN_GRAPHS,
     OUTPUT_OVERWRITTEN,
@@ -170,3 +175,45 @@ def test_a_hugging_face_decode_step_captured_before_its_window_fills_is_reported
         assert layers <= found and (FROZEN_HOST_VALUE.code, "add: other") in found
     else:
         assert found == set()
+
+
+
+@pytest.mark.parametrize("copied, served", [(False, False), (True, False), (False, True)],
+                         ids=["drafter_shared_pool", "fix_drafter_output_copied", "captured_once_serving"])
+def test_a_drafters_replay_over_the_targets_logits_kept_as_a_weak_reference_is_a_clobber(
+        copied, served, streams, fake_graph_methods):
+    # drafter_shared_pool on fake graphs (vLLM #53488): the target's logits kept through the program's own
+    # weak_ref (a storage made from their pointer: no op links it to them), and the draft's logits laid on
+    # exactly their bytes in the shared pool. On the H200 the draft's capture is handed the freed block;
+    # here its matmul writes a view of it (``out=``). The verification reads the weak reference after the
+    # draft replayed: graph 1's bytes, unless the runner copied the target's logits out first. ``served``:
+    # another graph replayed first, so the weak reference is made while the recorder stands aside.
+    from gpu_demo.lab import corpus
+
+    weak_ref = corpus.load("drafter_shared_pool").weak_ref
+    target, draft = FakeGraph(), FakeGraph()
+    w_target, w_draft = torch.randn(16, 32), torch.randn(16, 32)
+    with recording(streams) as recorder, torch.no_grad():
+        checker = whole_process(recorder)
+        tokens, draft_hidden = torch.randn(4, 16), torch.randn(4, 16)
+        if served:
+            earlier = FakeGraph()
+            with cuda_graph(earlier, streams):
+                tokens.mul(2)
+            torch.cuda.CUDAGraph.replay(earlier)
+            assert checker.serving
+        with cuda_graph(target, streams):
+            logits = torch.matmul(tokens, w_target)
+        target_logits = weak_ref(logits)
+        with cuda_graph(draft, streams):
+            torch.matmul(draft_hidden, w_draft, out=logits.view(4, 32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CaptureHazardWarning)
+            for _ in range(2):
+                torch.cuda.CUDAGraph.replay(target)
+                verified = target_logits.clone() if copied else target_logits
+                draft_hidden.copy_(verified[:, :16])
+                torch.cuda.CUDAGraph.replay(draft)
+                verified.softmax(-1)                               # rejection sampling reads it
+            checker.check_now()
+    assert [code for _, code in found(checker)] == ([] if copied else [GRAPHS_CLOBBER.code])

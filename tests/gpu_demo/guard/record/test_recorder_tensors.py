@@ -16,7 +16,7 @@ from gpu_fakes import ALT, FakeGraph, cuda_graph, fake_graph_methods, fork, grap
 
 from gpu_demo.guard.record.cuda_device import Device  # noqa: E402
 from simlib.checker import check  # noqa: E402
-from simlib.trace import Free, HostRead, Launch, Mutation  # noqa: E402
+from simlib.trace import Free, HostRead, Launch, Mutation, View  # noqa: E402
 
 __all__ = ["fake_graph_methods", "streams"]  # fixtures, used by name
 
@@ -227,3 +227,18 @@ def test_a_set_outside_capture_still_frees_a_held_block_and_one_inside_does_not(
             y.set_(torch.empty(0))                   # the dry capture lets nothing go
     assert [(f.label, f.graph) for f in recorder.trace.of(Free)] == [("t1", None)]
 
+
+
+def test_a_weak_reference_is_a_view_of_its_tensor_and_a_shared_storage_links_nothing(streams):
+    # vLLM's weak_ref_tensor: a storage made from the tensor's pointer, which no op links to it
+    with recording(streams) as recorder:
+        logits, other = torch.randn(4, 8) * 1, torch.randn(4, 8) * 1
+        storage = torch._C._construct_storage_from_data_pointer(logits.untyped_storage().data_ptr(), logits.device,
+                                                                logits.untyped_storage().nbytes())
+        weak = torch.empty(0).set_(storage, 0, logits.shape, logits.stride())
+        shared = torch.empty(0).set_(other)
+        weak.sum(), logits.sum(), shared.sum()
+    sums = [r for r in recorder.trace.of(Launch) if "sum" in r.kernel]
+    tensor = {name: launch.args[0].tensor for name, launch in zip(("weak", "logits", "shared"), sums)}
+    assert [(v.tensor, v.base, v.ptr) for v in recorder.trace.of(View)] == [
+        (tensor["weak"], tensor["logits"], logits.data_ptr())]
