@@ -42,11 +42,15 @@ tutorial: $(LEARNER)  ## open the tutorial in JupyterLab, on the first notebook
 headline: $(LEARNER)  ## no browser: print and save the headline comparison
 	$(BIN)/python -m simlib headline --out out --gpu-results gpu_demo/lab/results/matrix-h200.json
 
+# Every test in three runs: the fast tests over the cores, nbval over the notebooks (one kernel at a
+# time: it must not run under xdist), the browser tests (one JupyterLab at a time).
 test: $(TESTER)  ## every test CI runs
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m "not browser" -o addopts= -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest notebooks $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -m browser -o addopts= $(PYTEST_ARGS)
 
 # The quick loop while editing: no notebooks, no browser, tests spread over the cores.
-check: $(TESTER)  ## the fast tests (no nbval, no browser), under 2 minutes
+check: $(TESTER)  ## the fast tests (no nbval, no browser), about three minutes on two cores
 	$(BIN)/python -m pytest tests -m "not browser" -o addopts= -q -n auto $(PYTEST_ARGS)
 
 lint: $(TESTER)  ## ruff, configured in pyproject.toml
