@@ -192,14 +192,12 @@ class CaptureChecker:
         self.captures += sum(type(r) is Capture and r.op == "begin" for r in new)
         found = self.checker.feed(new)
         if self.whole_process:
-            self._sites.add(new)
-        found = self._located(found)
-        if self.whole_process:
-            del records[:]   # fed: the checker keeps what it needs
+            self._sites.add(new)   # fed: the checker keeps what it needs, the book their lines
+            del records[:]
             self._fed = 0
         else:
             self._fed = len(records)
-        return found
+        return self._located(found)
 
     def _located(self, found: list[Finding]) -> list[Finding]:
         """``found`` with the user's lines: from the book once records are dropped, else the records."""
