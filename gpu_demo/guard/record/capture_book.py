@@ -118,12 +118,13 @@ class CaptureBook:
     def on_pool_routing(self, pool: object, begin: bool) -> None:
         """Eager allocations go to graph pool ``pool`` from now on (``begin``), or no longer:
         their blocks are that pool's, named as a capture into it will be."""
-        self._ledger.unclaimed()   # what was taken so far came from the pool before this one
-        if not begin:
-            self._ledger.eager_pool = None
-            return
-        key = _pool_key(pool)
-        self._ledger.eager_pool = self._pool_names.setdefault(key, f"mempool{len(self._pool_names)}")
+        ledger = self._ledger
+        ledger.unclaimed()   # what was taken so far came from the pool before this one
+        if begin:
+            ledger.eager_pool = self._pool_names.setdefault(_pool_key(pool), f"mempool{len(self._pool_names)}")
+        else:
+            ledger.eager_pool = None
+        ledger.route()   # standing aside, the routed blocks are still taken down
 
     def on_replay(self, cuda_graph: object) -> None:
         graph = self._graph_of.get(id(cuda_graph))

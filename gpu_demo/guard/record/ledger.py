@@ -90,10 +90,12 @@ class AllocationLedger:
             self.held = held
 
     def route(self) -> None:
-        """While recording, the runtime's allocation reports go straight onto ``pending``
-        (``hooks`` calls this ``list.append`` itself: no Python frame per allocation, the
-        most frequent report); otherwise nowhere, since no op of ours would claim them."""
-        if self._journal.recording:
+        """While recording, or while eager allocations are routed into a graph pool (standing
+        aside too: a capture into that pool may use the blocks), the runtime's allocation
+        reports go straight onto ``pending`` (``hooks`` calls this ``list.append`` itself: no
+        Python frame per allocation, the most frequent report); otherwise nowhere, since no op
+        of ours would claim them."""
+        if self._journal.recording or self.eager_pool is not None:
             self.on_allocated = self.pending.pointers.append
         else:
             self.on_allocated = None
@@ -167,8 +169,10 @@ class AllocationLedger:
         watched = self.watched_frees
         self.blocks = {ptr: b for ptr, b in self.blocks.items() if watched.touches(ptr, b[0])}
         self.allocated_from = {ptr: pool for ptr, pool in self.allocated_from.items() if ptr in self.blocks}
-        self.pending.unmatched += len(self.pending.unowned)
-        self.pending.unowned.clear()
+        pending = self.pending   # a graph pool's blocks stay in it: their addresses cannot go elsewhere
+        routed = {ptr: pool for ptr, pool in pending.unowned.items() if pool != DEFAULT_POOL}
+        pending.unmatched += len(pending.unowned) - len(routed)
+        pending.unowned = routed
 
     def freed_since(self, start: int, ptr: int) -> bool:
         return any(type(r) is Free and r.ptr == ptr for r in self._journal.trace.records[start:])

@@ -125,8 +125,9 @@ class CaptureRecorder(OpRecorder):
     eager = property(lambda self: self.journal.eager, doc="Whether ops outside captures are recorded.")
     on_allocated = property(lambda self: self.ledger.on_allocated,
                             doc="What takes the runtime's allocation reports now (``hooks``): see ``ledger.route``.")
-    quiet = property(lambda self: self.aside.quiet and not self.journal.recording,
-                     doc="No runtime report needed now (``hooks``, ``report_gate``): see ``aside``.")
+    quiet = property(lambda self: self.aside.quiet and not self.journal.recording and self.ledger.eager_pool is None,
+                     doc="No runtime report needed now (``hooks``, ``report_gate``): see ``aside``; "
+                         "allocations routed into a graph pool are reported.")
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:

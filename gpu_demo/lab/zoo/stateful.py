@@ -9,9 +9,12 @@ which the guard can judge only against a reference that has lived the same calls
 (``gpu_demo.guard.differential.live_warm_up``; ``docs/guard-state.md``).
 
 ``llama_host_counter_decode``: the planted hazard. The position is a Python int made into
-``cache_position`` with ``torch.arange`` each call: the graph freezes the capture's position,
-while the cache's device counter moves on, so from the second replay on the new token is
-written where the frozen mask does not look (transformers #45274's host ints).
+``position_ids`` with ``torch.arange`` each call: the graph freezes the capture's rotary
+position while the cache's device counter moves on, so replay ``k`` rotates its query and key
+as if it were the capture's step (transformers #45274's host ints). Transformers 5.x ignores a
+``cache_position`` argument (the cache writes at its own ``cumulative_length``, and positions
+default to it), so a host-made ``cache_position``, the planted step's first form, froze a value
+no kernel read: its replays were right (the H200, 2026-12-03).
 
 ``running_norm(device, dtype)``: running statistics, the other common state: a normaliser
 that subtracts a running mean and then updates it in place.
@@ -66,7 +69,7 @@ class HostCounterDecodeStep(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         position = torch.arange(self.length, self.length + input_ids.shape[1], device=input_ids.device)
         self.length += input_ids.shape[1]
-        return self.model(input_ids, past_key_values=self.cache, use_cache=True, cache_position=position).logits
+        return self.model(input_ids, past_key_values=self.cache, use_cache=True, position_ids=position[None]).logits
 
 
 class RunningNorm(nn.Module):

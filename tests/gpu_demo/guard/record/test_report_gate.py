@@ -121,3 +121,39 @@ def test_a_server_that_rebuilds_a_static_input_is_caught_with_no_free_report(str
         inputs["x"] = torch.randn(64) * 1             # rebuilt: the graph still reads the old block
         torch.cuda.CUDAGraph.replay(graph)
     assert [f.code for r in checker.reports for f in r.findings] == ["freed_under_graph"]
+
+
+def test_a_capture_while_serving_into_the_pool_its_inputs_were_routed_to_frees_them_as_pool_memory(
+        streams, fake_graph_methods):
+    # torch.compile's CUDA-graph trees, serving: after the first replay a new shape is recorded. Its inputs
+    # are copied into blocks routed into the tree's pool (``_cuda_beginAllocateCurrentStreamToPool``), then
+    # freed during the capture (the compiled function clears its argument list) while the graph keeps their
+    # addresses: the pool's memory, which rule 10 leaves alone. Found on the H200: standing aside, the
+    # recorder missed the routed allocations and booked their frees to the default pool.
+    from gpu_fakes import runtime
+
+    pool, first, second = (7, 1), FakeGraph(), FakeGraph()
+    with recording(streams) as recorder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checker = CaptureChecker(recorder, strict=True, on_hazard="warn", whole_process=True)
+        weight = torch.randn(64)
+        with streams.on(2):
+            torch.cuda.CUDAGraph.capture_begin(first, pool=pool)
+            kept = weight * 2
+            torch.cuda.CUDAGraph.capture_end(first)
+        torch.cuda.CUDAGraph.replay(first)
+        assert recorder.journal.aside                 # serving: the recorder stands aside
+        recorder.on_pool_routing(pool, True)
+        inputs = [torch.randn(64) * 1]                # the recording input, in the pool
+        recorder.on_pool_routing(pool, False)
+        with streams.on(2):
+            torch.cuda.CUDAGraph.capture_begin(second, pool=pool)
+            out = inputs[0] * weight
+            ptr = inputs[0].untyped_storage().data_ptr()
+            inputs.clear()                            # the compiled function drops its inputs
+            runtime.memory_deallocation(ptr)
+            torch.cuda.CUDAGraph.capture_end(second)
+        torch.cuda.CUDAGraph.replay(second)
+        torch.cuda.CUDAGraph.replay(first)
+    assert kept is not None and out is not None
+    assert [f.code for r in checker.reports for f in r.findings] == []
