@@ -79,7 +79,7 @@ class DisposesInCapture(torch.nn.Module):
     def forward(self, hidden_states):
         routed = self.proj(hidden_states.clone())
         if is_capturing():
-            hidden_states.set_(torch.empty((0,), dtype=hidden_states.dtype))   # MARK: set_
+            hidden_states.set_(hidden_states.new_empty((0,)))   # MARK: set_
         return routed + hidden_states.sum()   # MARK: reads the emptied input
 
 
@@ -104,12 +104,12 @@ class EmptiesItsInput(torch.nn.Module):
 
     def forward(self, x):
         out = self.proj(x)   # MARK: fails on the emptied buffer
-        x.set_(torch.empty((0,), dtype=x.dtype))
+        x.set_(x.new_empty((0,)))
         return out
 
 
 def failing(x):
-    return x @ torch.ones(3, 3)   # MARK: fails eagerly
+    return x @ x.new_ones(3, 3)   # MARK: fails eagerly
 
 
 @pytest.mark.skipif(HERE is None, reason="the tests run from the project root")
@@ -210,7 +210,7 @@ class DisposesItsBuffer(torch.nn.Module):
     def forward(self, x):
         self.workspace.copy_(x)
         if is_capturing():
-            self.workspace.set_(torch.empty((0,), dtype=x.dtype))
+            self.workspace.set_(x.new_empty((0,)))
         return x + self.workspace.sum()
 
 

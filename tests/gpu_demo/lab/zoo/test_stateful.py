@@ -61,8 +61,12 @@ def test_steps_with_state_pass_and_the_planted_counter_is_caught_on_a_gpu():
     for target in RIGHT:
         assert reports[target].passed, reports[target].format()
     planted = reports[PLANTED]
-    assert (planted.answer, planted.verdict) == (NOT_SAFE, SILENT_WRONG), planted.format()
-    assert FROZEN_HOST_VALUE.code in planted.codes, planted.format()
+    assert planted.answer == NOT_SAFE and FROZEN_HOST_VALUE.code in planted.codes, planted.format()
+    # The frozen rotary position matters: the first replay (the capture's own position) is exact, the
+    # later ones drift from the reference. On this tiny random model the drift stays under bf16's
+    # tolerance (0.0055 and 0.0081 on the H200, 2026-12-03): the rules say what the replay cannot.
+    errors = planted.replay.errors
+    assert errors[0] == 0 and max(errors[1:]) > 0, planted.format()
 
 
 def test_the_targets_resolve_when_the_module_runs_as_a_script():
