@@ -57,8 +57,42 @@ class _Clobber:
 
 @dataclass
 class _Captured:
-    writes: list[Write]        # into graph-pool memory
+    """A graph's writes into graph-pool memory, its reads of it, and what a replay does to the
+    results, worked out once at its capture (``_replayed`` then touches only what other graphs'
+    results or clobbers share with it)."""
+
+    writes: list[Write]        # into graph-pool memory, in capture order
     reads: list[Access]        # of graph-pool memory, before the graph writes it
+    by_span: Intervals[list[int]] = field(default_factory=Intervals)   # write span -> indices into ``writes``
+    footprint: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)   # the writes' spans, merged
+    cleared: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)     # the dead writes' spans, merged
+    left: list[tuple[tuple[DataPtr, DataPtr], Access]] = field(default_factory=list)   # results a replay leaves
+
+    def __post_init__(self) -> None:
+        final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
+        for i, w in enumerate(self.writes):
+            spans = self.by_span.get(*w.span)
+            if spans is None:
+                self.by_span.put(*w.span, spans := [])
+            spans.append(i)
+            if w.live:
+                final.put(*w.span, (w.node, w.arg))
+            else:
+                final.clear(*w.span)
+        self.footprint = _merged(w.span for w in self.writes)
+        self.cleared = _merged(w.span for w in self.writes if not w.live)
+        self.left = list(final.items())
+
+
+def _merged(spans) -> list[tuple[DataPtr, DataPtr]]:
+    """``spans`` as disjoint ranges, in order (touching ones joined)."""
+    out: list[list[DataPtr]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
 
 
 class GraphsClobber:
@@ -99,26 +133,50 @@ class GraphsClobber:
             [(node, a) for node, a in reads_before_writes(g.nodes) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
+        """The record-order walk of ``_step`` over the writes that touch another graph's result or a
+        clobber (the only ones that can change what is clobbered), then what every write leaves:
+        the dead writes' spans cleared, the graph's results put (``_Captured``). The same state as
+        walking every write, at the cost of what the graphs share."""
         captured, found = self._graphs[r.graph], []
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
-        clobbered = self._clobbered
-        for w in captured.writes:
-            (lo, hi), node, a = w.span, w.node, w.arg
-            for key, c in clobbered.overlapping(lo, hi) if clobbered else ():   # none, mostly: no look-up
-                if c.victim == r.graph:
-                    self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
-                elif c.graph == r.graph and c.replay is r:
-                    c.writes.append((node, a))                   # the clobbering replay writes there again
-            for _, res in self._results.overlapping(lo, hi) if w.blind else ():
-                if res.graph != r.graph:
-                    self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, [(node, a)]))
-            if w.live:
-                self._results.put(lo, hi, _Result(r.graph, (node, a)))
-            else:
-                self._results.clear(lo, hi)                      # a dead intermediate: nobody's result
+        shared: set[int] = set()
+        for lo, hi in captured.footprint:
+            touched = [key for key, res in self._results.overlapping(lo, hi) if res.graph != r.graph]
+            if self._clobbered:
+                touched += [key for key, _ in self._clobbered.overlapping(lo, hi)]
+            for klo, khi in touched:
+                for _, spans in captured.by_span.overlapping(klo, khi):
+                    shared.update(spans)
+        for i in list(shared):   # a clobber is kept under its write's span: later writes there add to it
+            if captured.writes[i].blind:
+                for _, spans in captured.by_span.overlapping(*captured.writes[i].span):
+                    shared.update(spans)
+        for i in sorted(shared):
+            self._step(captured.writes[i], r)
+        results = self._results
+        for lo, hi in captured.cleared:
+            results.clear(lo, hi)                         # dead intermediates: nobody's result
+        for (lo, hi), access in captured.left:
+            results.put(lo, hi, _Result(r.graph, access))
         return found
+
+    def _step(self, w: Write, r: Replay) -> None:
+        """One write of graph ``r.graph``'s replay, in record order: what it clobbers, and whose result is there after."""
+        (lo, hi), node, a = w.span, w.node, w.arg
+        for key, c in self._clobbered.overlapping(lo, hi) if self._clobbered else ():
+            if c.victim == r.graph:
+                self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
+            elif c.graph == r.graph and c.replay is r:
+                c.writes.append((node, a))                   # the clobbering replay writes there again
+        for _, res in self._results.overlapping(lo, hi) if w.blind else ():
+            if res.graph != r.graph:
+                self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, [(node, a)]))
+        if w.live:
+            self._results.put(lo, hi, _Result(r.graph, (node, a)))
+        else:
+            self._results.clear(lo, hi)
 
     def _eager(self, r: Launch, index: Index) -> list[Finding]:
         found = []

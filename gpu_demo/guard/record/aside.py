@@ -20,6 +20,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from gpu_demo.guard.record import hooks, report_gate
@@ -30,6 +31,16 @@ if TYPE_CHECKING:   # the recorder owns this part and imports it
     from gpu_demo.guard.record.recorder import CaptureRecorder
 
 Span = tuple[int, int]
+_Tensor = torch.Tensor
+_GETITEM = _Tensor.__getitem__
+_BASIC = (int, slice, type(None), type(Ellipsis))
+
+
+def _basic(index: Any) -> bool:
+    """A basic index (ints, slices, ``None``, ``...``): a view of the tensor, never a kernel."""
+    if type(index) is tuple:
+        return all(type(i) in _BASIC or i is Ellipsis for i in index)
+    return type(index) in _BASIC
 
 
 class StandingAside:
@@ -72,6 +83,11 @@ class StandingAside:
         if journal.graph is not None or journal.watching:
             return func(*args, **kwargs)   # recorded already
         mode = self._recorder()
+        if func is _GETITEM and not kwargs and _basic(args[1]):   # ``out[:n]``: one view, no kernel
+            view = func(*args)
+            if view is not args[0] and type(view) is _Tensor:
+                mode.viewed(args[0], view)
+            return view
         journal.watching += 1
         entered = _get_current_dispatch_mode() is not mode
         if entered:

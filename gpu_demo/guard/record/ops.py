@@ -136,16 +136,20 @@ class OpRecorder(QuickDispatchMode):
 
     def _views(self, plan: OpPlan, args, kwargs):  # noqa: ANN001
         out = plan.call(*args, **kwargs)
-        handles = self.handles
-        base = handles.handle(args[0])
         for view in op_plans.tensors_in(out):
-            if view is args[0]:   # an op that hands back its own input made no new view (not its own base)
-                continue
-            handle = handles.handle(view)
-            handle.label = annotate.label_of(view) or base.label
-            self.journal.add(View, handle.id, handle.label, base.id, view.data_ptr(), _numel(view),
-                             tuple(_shape(view)), self.journal.graph)
+            if view is not args[0]:   # an op that hands back its own input made no new view (not its own base)
+                self.viewed(args[0], view)
         return out
+
+    def viewed(self, base: torch.Tensor, view: torch.Tensor) -> None:
+        """A ``View`` of ``base``: ``view``, on its memory (also called for a basic index the
+        memory watch picked, ``StandingAside.record_call``, without the dispatch stack)."""
+        handles = self.handles
+        of = handles.handle(base)
+        handle = handles.handle(view)
+        handle.label = annotate.label_of(view) or of.label
+        self.journal.add(View, handle.id, handle.label, of.id, view.data_ptr(), _numel(view), tuple(_shape(view)),
+                         self.journal.graph)
 
     def _arg(self, name: str, t: torch.Tensor, access: str, made_on: str | None = None) -> Arg:
         """``t`` as a launch freezes it. Its storage's block is noted for a later ``Free``, with an

@@ -217,3 +217,25 @@ def test_a_drafters_replay_over_the_targets_logits_kept_as_a_weak_reference_is_a
                 verified.softmax(-1)                               # rejection sampling reads it
             checker.check_now()
     assert [code for _, code in found(checker)] == ([] if copied else [GRAPHS_CLOBBER.code])
+
+
+@pytest.mark.parametrize("kept", ["view", "clone"])
+def test_a_served_loop_that_keeps_a_view_of_the_logits_per_step_is_caught_and_one_that_copies_is_clean(
+        kept, streams, fake_graph_methods):
+    # Serving, the recorder stands aside: a basic index of a graph's result (``logits[:, -1]``) is taken
+    # down as a view without the dispatch stack, and still dates the view by its replay (rule 13, case a).
+    head, hidden, graph = torch.nn.Linear(16, 32), torch.randn(2, 16), FakeGraph()
+    with recording(streams) as recorder, torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        checker = whole_process(recorder)
+        with cuda_graph(graph, streams):
+            logits = head(hidden)
+        last = []
+        for step in range(3):
+            hidden.copy_(torch.full((2, 16), float(step)))
+            torch.cuda.CUDAGraph.replay(graph)
+            assert recorder.journal.aside
+            last.append(logits[:, -1] if kept == "view" else logits[:, -1].clone())
+        torch.stack(last)
+        checker.check_now()
+    assert (OUTPUT_OVERWRITTEN.code in {code for _, code in found(checker)}) == (kept == "view")

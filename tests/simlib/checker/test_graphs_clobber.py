@@ -208,3 +208,41 @@ def test_a_wrong_read_between_graphs_is_always_reported(rows, weak, shared, step
     clobbered = "graphs_clobber" in [f.code for f in result.findings()]
     event(f"clobbered={clobbered}")
     assert clobbered == any(not r.ok for r in result.replays), [str(r) for r in result.replays]
+
+
+def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_write_leaves():
+    # ``_replayed`` works out at capture what a replay leaves and walks, in record order, only the writes
+    # that touch another graph's result or a clobber: the same results and clobbers as the walk of
+    # every write (``_step`` over all of them), on random graphs laid over one small pool.
+    import random
+
+    from simlib.checker.results import Write
+    from simlib.checker.rule_graphs_clobber import GraphsClobber, _Captured
+    from simlib.trace import Arg, Launch, Replay
+
+    def state(rule):
+        return (sorted((k, v.graph, v.write[1].tensor) for k, v in rule._results.items()),
+                sorted((k, c.victim, c.graph, c.result[1].tensor, tuple(a.tensor for _, a in c.writes))
+                       for k, c in rule._clobbered.items()))
+
+    clobbers = 0
+    for seed in range(300):
+        draw, step, fast, walked = random.Random(seed), 0, GraphsClobber(), GraphsClobber()
+        for g in range(draw.randint(2, 4)):
+            writes = []
+            for _ in range(draw.randint(1, 8)):
+                step += 1
+                lo = draw.randrange(64) * 8
+                a = Arg("x", step, f"t{step}", lo, 1, (1,), draw.choice([8, 16, 32, 64]), draw.choice(["w", "w", "rw"]))
+                writes.append(Write(Launch(step, 0.0, step, "k", "k", "", "main", (a,), g), a, a.access == "w",
+                                    draw.random() < 0.5))
+            fast._graphs[g], walked._graphs[g] = _Captured(writes, []), _Captured(writes, [])
+        for k in range(12):
+            step += 1
+            replay = Replay(step, 0.0, draw.randrange(len(fast._graphs)), k, "main")
+            fast._replayed(replay, None)
+            for w in walked._graphs[replay.graph].writes:
+                walked._step(w, replay)
+            assert state(fast) == state(walked), (seed, k)
+            clobbers += bool(fast._clobbered)
+    assert clobbers > 1000   # the draws clobber often: the walk of the shared writes is exercised

@@ -22,7 +22,7 @@ from gpu_demo.guard.protocol.worker import warm_checks  # noqa: E402
 from gpu_demo.guard.target import load  # noqa: E402
 from gpu_demo.lab.zoo import stateful  # noqa: E402
 from simlib.checker.rules import FROZEN_HOST_VALUE, HOST_STATE_BRANCH  # noqa: E402
-from simlib.glossary import NOT_ON_GPU, NOT_SAFE, SILENT_WRONG  # noqa: E402
+from simlib.glossary import NOT_ON_GPU, NOT_SAFE  # noqa: E402
 
 RIGHT = [t for t in stateful.TARGETS if not t.endswith(stateful.PLANTED)]
 PLANTED = f"{stateful.__name__}:{stateful.PLANTED}"
