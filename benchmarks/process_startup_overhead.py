@@ -43,7 +43,7 @@ from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import RunSettings
 
-TARGET = 3.0
+TARGET = 2.0   # issue 34: checked under twice unchecked
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 

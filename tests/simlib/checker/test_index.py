@@ -89,3 +89,19 @@ def test_a_cycle_of_views_ends_with_the_findings_of_its_chain(length):
     assert codes(cyclic) == SEED
     assert cyclic == bounded_check(disposed_x(*chain, reader=last))
     assert "through the view 'x.view'" in cyclic[1].why
+
+
+def test_a_bounded_index_forgets_old_views_but_not_the_ones_a_kept_view_descends_from():
+    # A server takes a view of an output every step: the index keeps the newest half once it holds
+    # VIEWS_KEPT, and the old views those descend from (a weak reference made at start-up) stay.
+    from simlib.checker.index import VIEWS_KEPT, Index
+    from simlib.trace import View
+
+    index = Index(bounded=True)
+    index.add(View(0, 0.0, 1, "logits", 0, 0x1000, 64, (64,), None))        # tensor 1 views tensor 0
+    index.add(View(1, 0.0, 2, "weak", 1, 0x1000, 64, (64,), None))          # and tensor 2 views 1
+    for step in range(2, VIEWS_KEPT + 2):
+        index.add(View(step, 0.0, 10 + step, "t", 2, 0x1000, 8, (8,), None))   # weak[:n], each served step
+    assert len(index.views) < VIEWS_KEPT // 2 + 10
+    assert index.lineage(10 + VIEWS_KEPT + 1) == {10 + VIEWS_KEPT + 1, 2, 1, 0}
+    assert 12 not in index.views   # an old step's view, which nothing kept descends from
