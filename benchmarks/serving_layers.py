@@ -94,6 +94,7 @@ def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None =
         print(f"calls recorded while standing aside, in {steps} steps: {dict(picked.most_common())}; "
               f"quiet (the reports off): {checker.recorder.aside.quiet}", file=text)
         print(f"what watches each bucket's static input: {watchers(checker, server)}", file=text)
+        print(f"why the reports stay on: {loud(checker)}", file=text)
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         profile.write_text(text.getvalue())
     return {"layer": layer, "per_step_us": elapsed / steps * 1e6}
@@ -110,6 +111,27 @@ def counting(checker: CaptureChecker, picked: collections.Counter) -> None:
         return record(func, args, kwargs)
 
     aside.record_call = counted
+
+
+def loud(checker: CaptureChecker) -> list[str]:
+    """Each watched free the recorder's free watch does not cover (at most 8), with what the ledger
+    and the caching allocator know of its block: why the reports stay on, where they do."""
+    recorder, out = checker.recorder, []
+    segments = torch.cuda.memory_snapshot()
+    for lo, hi in recorder.aside.uncovered[:8]:
+        known = [(ptr, nbytes, handle.label) for ptr, (nbytes, handle) in recorder.ledger.blocks.items()
+                 if ptr < hi and lo < ptr + nbytes]
+        held = [f"{b.get('state')} {b['size']} B, segment of pool {s.get('segment_pool_id')}, stream {s.get('stream')}"
+                for s in segments for b in _blocks(s) if b["address"] < hi and lo < b["address"] + b["size"]]
+        out.append(f"[{hex(lo)}, +{hi - lo}): ledger {known}, allocator {held}")
+    return out
+
+
+def _blocks(segment: dict):  # noqa: ANN202 (a snapshot's dicts)
+    address = segment["address"]
+    for block in segment["blocks"]:
+        yield {**block, "address": address}
+        address += block["size"]
 
 
 def watchers(checker: CaptureChecker, server) -> dict[int, list[str]]:  # noqa: ANN001 (serving_overhead.Server)

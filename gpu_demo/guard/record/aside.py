@@ -76,6 +76,11 @@ class StandingAside:
             recorder.ledger.forget_unwatched()
         hooks.reroute()
 
+    @property
+    def uncovered(self) -> list[Span]:
+        """The watched frees no storage follows: why the reports stay on (none while quiet)."""
+        return self._frees.uncovered
+
     def record_call(self, func: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """A call the watch picked: run with the recorder on the dispatch stack, recorded op by op,
         with the runtime's reports on (its frees, events and syncs are recorded too)."""

@@ -31,6 +31,7 @@ class FreeWatch:
 
     def __init__(self, on_freed: Callable[[int], object]) -> None:
         self.covers = False   # every span of the last ``watch`` lies on a storage followed
+        self.uncovered: list[Span] = []   # the last ``watch``'s spans on no storage followed: why the reports stay on
         self._on_freed = on_freed
         self._refs: dict[int, tuple[weakref.ref | None, int]] = {}   # block -> (its storage, None once freed; bytes)
         self._ptrs: list[int] = []   # ``_refs``' keys, sorted
@@ -55,7 +56,8 @@ class FreeWatch:
                 if ptr and ptr not in self._refs and lost.touches(ptr, nbytes):
                     self._refs[ptr] = (weakref.ref(storage, functools.partial(self._died, ptr)), nbytes)
         self._ptrs = sorted(self._refs)
-        self.covers = all(self._covered(span) for span in missing)
+        self.uncovered = [span for span in missing if not self._covered(span)]
+        self.covers = not self.uncovered
         return self.covers
 
     def stop(self) -> None:
@@ -63,6 +65,7 @@ class FreeWatch:
         self._refs.clear()
         self._ptrs = []
         self.covers = False
+        self.uncovered = []
 
     def _covered(self, span: Span) -> bool:
         lo, hi = span
