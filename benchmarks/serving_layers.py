@@ -95,6 +95,7 @@ def child(layer: str, layers: int, warm: int, steps: int, profile: Path | None =
               f"quiet (the reports off): {checker.recorder.aside.quiet}", file=text)
         print(f"what watches each bucket's static input: {watchers(checker, server)}", file=text)
         print(f"why the reports stay on: {loud(checker)}", file=text)
+        print("what the graphs share (rule 11 walks it at each replay):", *sharing(checker), sep="\n  ", file=text)
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         profile.write_text(text.getvalue())
     return {"layer": layer, "per_step_us": elapsed / steps * 1e6}
@@ -124,6 +125,21 @@ def loud(checker: CaptureChecker) -> list[str]:
         held = [f"{b.get('state')} {b['size']} B, segment of pool {s.get('segment_pool_id')}, stream {s.get('stream')}"
                 for s in segments for b in _blocks(s) if b["address"] < hi and lo < b["address"] + b["size"]]
         out.append(f"[{hex(lo)}, +{hi - lo}): ledger {known}, allocator {held}")
+    return out
+
+
+def sharing(checker: CaptureChecker, most: int = 24) -> list[str]:
+    """Per graph, whether rule 11 finds it alone (its replays then cost nothing), and each live write of
+    another graph that lies on its writes (at most ``most`` lines): what a replay of it must walk."""
+    graphs, out = checker.checker._clobber._graphs, []
+    for gid, g in graphs.items():
+        out.append(f"graph {gid}: {len(g.writes)} writes, {sum(w.live for w in g.writes)} live, alone {g.alone}")
+        for other, o in graphs.items():
+            for w in o.writes if other != gid else ():
+                mine = [v for v in g.writes if v.span[0] < w.span[1] and w.span[0] < v.span[1]]
+                if w.live and mine and len(out) < most:
+                    out.append(f"  graph {other}'s live {w.node.label}->{w.arg.label} {w.span[1] - w.span[0]} B "
+                               f"on its {[(v.node.label, v.arg.label, 'live' if v.live else 'dead') for v in mine[:3]]}")
     return out
 
 

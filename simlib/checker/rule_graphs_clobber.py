@@ -23,10 +23,17 @@ reads A's tensor or a view of it (a weak reference included), or else A's
 exact range where none of B's writes there had that range (a read of B's own
 output, laid where A's was, is B's result and fine); A reading its own state
 back always counts.
+
+A replay is a state change on fixed addresses (a graph writes the same ranges
+every time), so the work of one is known at the capture: a graph whose writes
+and whose results overlap no other graph's (``_Captured.alone``), once its
+results are in place and while nothing is clobbered, changes nothing by
+replaying, and costs nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
@@ -67,6 +74,7 @@ class _Captured:
     footprint: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)   # the writes' spans, merged
     cleared: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)     # the dead writes' spans, merged
     left: list[tuple[tuple[DataPtr, DataPtr], Access]] = field(default_factory=list)   # results a replay leaves
+    alone: bool = False   # no other graph's live write lies in its footprint, nor its live writes in another's
 
     def __post_init__(self) -> None:
         final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
@@ -103,6 +111,7 @@ class GraphsClobber:
     def __init__(self) -> None:
         self._pool: Intervals[None] = Intervals()       # blocks allocated during captures
         self._graphs: dict[GraphId, _Captured] = {}
+        self._in_place: set[GraphId] = set()            # graphs whose results a replay has put
         self._results: Intervals[_Result] = Intervals()
         self._clobbered: Intervals[_Clobber] = Intervals()
         self._reported: set[tuple[GraphId, GraphId]] = set()
@@ -131,6 +140,15 @@ class GraphsClobber:
         self._graphs[g.id] = _Captured(
             [w for w in graph_writes(g) if pool.overlapping(*w.span)],
             [(node, a) for node, a in reads_before_writes(g.nodes) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
+        self._neighbours()
+
+    def _neighbours(self) -> None:
+        """Which graphs share no live write with another's footprint, either way (``_Captured.alone``)."""
+        live = Intervals(((w.span, gid) for gid, g in self._graphs.items() for w in g.writes if w.live))
+        for gid, g in self._graphs.items():
+            g.alone = not any(other != gid for lo, hi in g.footprint for _, other in live.overlapping(lo, hi)) \
+                and not any(other != gid and _in(g_other.footprint, w.span)
+                            for w in g.writes if w.live for other, g_other in self._graphs.items())
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
         """The record-order walk of ``_step`` over the writes that touch another graph's result or a
@@ -138,6 +156,9 @@ class GraphsClobber:
         the dead writes' spans cleared, the graph's results put (``_Captured``). The same state as
         walking every write, at the cost of what the graphs share."""
         captured, found = self._graphs[r.graph], []
+        if captured.alone and not self._clobbered and r.graph in self._in_place:
+            return found   # it writes what it wrote last time, where nobody else does
+        self._in_place.add(r.graph)
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
@@ -198,6 +219,13 @@ class GraphsClobber:
             self._reported.add((c.victim, c.graph))
             found.append(_finding(c, reader, arg, graph))
         return found
+
+
+def _in(spans: list[tuple[DataPtr, DataPtr]], span: tuple[DataPtr, DataPtr]) -> bool:
+    """Does ``span`` overlap one of ``spans`` (disjoint, in order)?"""
+    lo, hi = span
+    i = bisect.bisect_left(spans, (hi,)) - 1
+    return i >= 0 and spans[i][1] > lo
 
 
 def _reads_result(arg: Arg, c: _Clobber, index: Index) -> bool:
