@@ -74,7 +74,8 @@ class _Captured:
     footprint: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)   # the writes' spans, merged
     cleared: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)     # the dead writes' spans, merged
     left: list[tuple[tuple[DataPtr, DataPtr], Access]] = field(default_factory=list)   # results a replay leaves
-    alone: bool = False   # no other graph's live write lies in its footprint, nor its live writes in another's
+    shared: list[int] = field(default_factory=list)   # the writes a replay walks (``GraphsClobber._neighbours``)
+    alone: bool = False   # it walks none, and no other graph writes where it writes live
 
     def __post_init__(self) -> None:
         final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
@@ -143,18 +144,31 @@ class GraphsClobber:
         self._neighbours()
 
     def _neighbours(self) -> None:
-        """Which graphs share no live write with another's footprint, either way (``_Captured.alone``)."""
-        live = Intervals(((w.span, gid) for gid, g in self._graphs.items() for w in g.writes if w.live))
-        for gid, g in self._graphs.items():
-            g.alone = not any(other != gid for lo, hi in g.footprint for _, other in live.overlapping(lo, hi)) \
-                and not any(other != gid and _in(g_other.footprint, w.span)
-                            for w in g.writes if w.live for other, g_other in self._graphs.items())
+        """What each graph's replay must walk (``_Captured.shared``), and which graphs are alone, worked
+        out again at each capture's end. Results lie only where graphs write live, clobbers only under
+        a blind write over another graph's live write (``clobbers``): the writes that can touch either
+        are known from the captures alone."""
+        graphs = self._graphs
+        owners_of: dict[tuple[DataPtr, DataPtr], list[GraphId]] = {}
+        for gid, g in graphs.items():
+            for w in g.writes:
+                if w.live:
+                    owners_of.setdefault(w.span, []).append(gid)
+        live = Intervals(owners_of.items())
+        clobbers = _merged(w.span for gid, g in graphs.items() for w in g.writes
+                           if w.blind and any(o != gid for _, owners in live.overlapping(*w.span) for o in owners))
+        for gid, g in graphs.items():
+            g.shared = [i for i, w in enumerate(g.writes)
+                        if _in(clobbers, w.span) or any(o != gid for _, owners in live.overlapping(*w.span)
+                                                        for o in owners)]
+            g.alone = not g.shared and not any(_in(o.footprint, w.span) for other, o in graphs.items()
+                                               if other != gid for w in g.writes if w.live)
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
-        """The record-order walk of ``_step`` over the writes that touch another graph's result or a
-        clobber (the only ones that can change what is clobbered), then what every write leaves:
-        the dead writes' spans cleared, the graph's results put (``_Captured``). The same state as
-        walking every write, at the cost of what the graphs share."""
+        """The record-order walk of ``_step`` over the writes that can touch another graph's result or
+        a clobber (``_neighbours``), then what every write leaves: the dead writes' spans cleared, the
+        graph's results put (``_Captured``). The same state as walking every write, at the cost of
+        what the graphs share; a graph alone, once its results are in place, costs nothing."""
         captured, found = self._graphs[r.graph], []
         if captured.alone and not self._clobbered and r.graph in self._in_place:
             return found   # it writes what it wrote last time, where nobody else does
@@ -162,20 +176,9 @@ class GraphsClobber:
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
-        shared: set[int] = set()
-        for lo, hi in captured.footprint:
-            touched = [key for key, res in self._results.overlapping(lo, hi) if res.graph != r.graph]
-            if self._clobbered:
-                touched += [key for key, _ in self._clobbered.overlapping(lo, hi)]
-            for klo, khi in touched:
-                for _, spans in captured.by_span.overlapping(klo, khi):
-                    shared.update(spans)
-        for i in list(shared):   # a clobber is kept under its write's span: later writes there add to it
-            if captured.writes[i].blind:
-                for _, spans in captured.by_span.overlapping(*captured.writes[i].span):
-                    shared.update(spans)
-        for i in sorted(shared):
-            self._step(captured.writes[i], r)
+        writes, step = captured.writes, self._step
+        for i in captured.shared:
+            step(writes[i], r)
         results = self._results
         for lo, hi in captured.cleared:
             results.clear(lo, hi)                         # dead intermediates: nobody's result
