@@ -32,7 +32,7 @@ if TYPE_CHECKING:   # the recorder owns this part and imports it
 
 Span = tuple[int, int]
 _Tensor = torch.Tensor
-_GETITEM = _Tensor.__getitem__
+_GETITEM, _CLONE = _Tensor.__getitem__, _Tensor.clone
 _BASIC = (int, slice, type(None), type(Ellipsis))
 
 
@@ -93,6 +93,14 @@ class StandingAside:
             if view is not args[0] and type(view) is _Tensor:
                 mode.viewed(args[0], view)
             return view
+        if func is _CLONE and not kwargs and len(args) == 1 and type(args[0]) is _Tensor:   # ``out[:n].clone()``
+            if self.quiet:
+                report_gate.GATE.open()
+            try:
+                return mode.cloned(args[0])   # one launch: recorded without the dispatch stack
+            finally:
+                if self.quiet:
+                    report_gate.GATE.shut()
         journal.watching += 1
         entered = _get_current_dispatch_mode() is not mode
         if entered:

@@ -8,7 +8,6 @@ inlined where that was measured to matter; the bookkeeping is the parts'
 sanitizer keeps its ``EventHandler`` apart from its dispatch mode.
 """
 
-
 from __future__ import annotations
 
 import time
@@ -33,7 +32,7 @@ from simlib.trace import Alloc, Arg, HostSync, Launch, SkippedLaunch, View
 _numel, _shape, _contiguous, _itemsize = tensor_reads.numel, tensor_reads.shape, tensor_reads.contiguous, tensor_reads.itemsize
 _now = time.perf_counter_ns
 
-_OUT = tuple(f"out{i}" for i in range(8))   # output argument names, made once
+_OUT, _CLONE = tuple(f"out{i}" for i in range(8)), torch.ops.aten.clone.default   # output argument names, made once
 RECORDS_CAP = 1 << 15   # records held before ``records_full`` is called (a whole process feeds its checker)
 
 
@@ -100,8 +99,7 @@ class OpRecorder(QuickDispatchMode):
             return plan.call(*args, **kwargs)
         out = plan.call(*args, **kwargs)
         stream = self.order.stream()
-        made = made_by(out, given)
-        if made:
+        if made := made_by(out, given):
             frozen += [arg(_OUT[i] if i < len(_OUT) else f"out{i}", t, "w", stream) for i, t in enumerate(made)]
         if self.ledger.pending.pointers:
             self.ledger.unclaimed()
@@ -140,6 +138,15 @@ class OpRecorder(QuickDispatchMode):
             if view is not args[0]:   # an op that hands back its own input made no new view (not its own base)
                 self.viewed(args[0], view)
         return out
+
+    def cloned(self, t: torch.Tensor) -> torch.Tensor:
+        """``t.clone()`` the memory watch picked, recorded as the dispatch path would, off the stack."""
+        self.journal.busy += 1
+        try:
+            with DisableTorchFunction():
+                return self._op(PLANS.get(id(_CLONE)) or op_plans.plan_of(_CLONE), (t,), {})
+        finally:
+            self.journal.busy -= 1
 
     def viewed(self, base: torch.Tensor, view: torch.Tensor) -> None:
         """A ``View`` of ``base``: ``view``, on its memory (also called for a basic index the

@@ -178,16 +178,20 @@ def test_a_hugging_face_decode_step_captured_before_its_window_fills_is_reported
 
 
 
-@pytest.mark.parametrize("copied, served", [(False, False), (True, False), (False, True)],
-                         ids=["drafter_shared_pool", "fix_drafter_output_copied", "captured_once_serving"])
+@pytest.mark.parametrize("copied, served, read", [(False, False, "softmax"), (True, False, "softmax"),
+                                                 (False, True, "softmax"), (False, True, "clone")],
+                         ids=["drafter_shared_pool", "fix_drafter_output_copied", "captured_once_serving",
+                              "serving_copied_too_late"])
 def test_a_drafters_replay_over_the_targets_logits_kept_as_a_weak_reference_is_a_clobber(
-        copied, served, streams, fake_graph_methods):
+        copied, served, read, streams, fake_graph_methods):
     # drafter_shared_pool on fake graphs (vLLM #53488): the target's logits kept through the program's own
     # weak_ref (a storage made from their pointer: no op links it to them), and the draft's logits laid on
     # exactly their bytes in the shared pool. On the H200 the draft's capture is handed the freed block;
     # here its matmul writes a view of it (``out=``). The verification reads the weak reference after the
     # draft replayed: graph 1's bytes, unless the runner copied the target's logits out first. ``served``:
     # another graph replayed first, so the weak reference is made while the recorder stands aside.
+    # ``read``: how the verification reads it; standing aside, a ``clone`` is recorded without the
+    # dispatch stack (``OpRecorder.cloned``), and copying out after the draft replayed is too late.
     from gpu_demo.lab import corpus
 
     weak_ref = corpus.load("drafter_shared_pool").weak_ref
@@ -214,7 +218,7 @@ def test_a_drafters_replay_over_the_targets_logits_kept_as_a_weak_reference_is_a
                 verified = target_logits.clone() if copied else target_logits
                 draft_hidden.copy_(verified[:, :16])
                 torch.cuda.CUDAGraph.replay(draft)
-                verified.softmax(-1)                               # rejection sampling reads it
+                verified.clone() if read == "clone" else verified.softmax(-1)   # rejection sampling reads it
             checker.check_now()
     assert [code for _, code in found(checker)] == ([] if copied else [GRAPHS_CLOBBER.code])
 
