@@ -20,20 +20,27 @@ listens alone is called from the next route change on (``reroute``).
 
 Once activated, torch keeps making these reports for the rest of the process,
 recorder or not: the activation is left until the first recorder starts. While
-the one recorder listening says it needs none (``quiet``: it stands aside and
-follows the frees it needs through storages) and nobody registered a callback,
-``report_gate`` switches them off at their source, until the next route change
-says otherwise.
+nobody registered a callback and no recorder listens, or the one listening says
+it needs none (``quiet``: it stands aside and follows the frees it needs
+through storages), ``report_gate`` switches them off at their source. Left on
+with nobody listening they cost every allocation and free, and a report made
+while an error unwinds (a free on the way out) fails in torch's C++ and turns
+the program's own error into ``SystemError: error return without exception
+set`` (seen on the H200 after a check in the same process). A callback
+registered the documented way (the CUDA sanitizer's) reroutes at once
+(``_watch_registrations``), which switches them on again.
 Tests fire the registries as torch's C++ does, with fake ids: no GPU is
 needed to exercise the recorder's bookkeeping.
 """
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
+from torch._utils import CallbackRegistry
 
 from gpu_demo.guard.record import report_gate
 
@@ -94,6 +101,7 @@ def active() -> tuple[GpuTraceListener, ...]:
 def listening(listener: GpuTraceListener) -> Iterator[None]:
     """Route the GPU trace reports to ``listener`` while inside."""
     _activate_once()
+    _watch_registrations()
     _active.append(listener)
     reroute()
     try:
@@ -108,11 +116,10 @@ def reroute() -> None:
     reports be made, or not (``report_gate``)."""
     from torch.cuda import _gpu_trace
 
-    registered = False
+    registered = any(registry.callback_list for registry in _registries())
     for name, route in ROUTES.items():
         registry = getattr(_gpu_trace, name)
         registry.__dict__.pop("fire_callbacks", None)   # torch's own method, unless set below
-        registered = registered or bool(registry.callback_list)
         if not _active:
             continue
         if len(_active) == 1 and not registry.callback_list:
@@ -121,7 +128,7 @@ def reroute() -> None:
                 registry.fire_callbacks = target
         else:
             registry.fire_callbacks = _fan_out(registry, route, tuple(_active))
-    if len(_active) == 1 and not registered and getattr(_active[0], "quiet", False):
+    if not registered and (not _active or (len(_active) == 1 and getattr(_active[0], "quiet", False))):
         report_gate.GATE.shut()
     else:
         report_gate.GATE.open()
@@ -138,6 +145,25 @@ def _fan_out(registry: Any, route: Route, listeners: tuple[GpuTraceListener, ...
             target(*args)
 
     return fire
+
+
+def _registries() -> list[Any]:
+    """Every ``CallbackRegistry`` of ``torch.cuda._gpu_trace``."""
+    from torch.cuda import _gpu_trace
+    return [r for r in vars(_gpu_trace).values() if isinstance(r, CallbackRegistry)]
+
+
+def _watch_registrations() -> None:
+    """From now on a callback registered the documented way reroutes at once: its reports are
+    made even where the gate had switched them off."""
+    for registry in _registries():
+        if "add_callback" not in registry.__dict__:
+            registry.add_callback = functools.partial(_registered, registry)
+
+
+def _registered(registry: Any, callback: Callable[..., Any]) -> None:
+    type(registry).add_callback(registry, callback)
+    reroute()
 
 
 def _activate_once() -> None:

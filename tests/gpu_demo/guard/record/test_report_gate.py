@@ -77,7 +77,7 @@ def test_a_span_on_no_live_storage_is_not_covered_and_a_stopped_watch_tells_noth
     assert freed == [] and not watch.covers
 
 
-def test_reports_go_off_only_while_the_one_listener_is_quiet_and_nobody_registered_a_callback(monkeypatch):
+def test_reports_go_off_while_nobody_needs_them_and_come_on_when_a_callback_is_registered(monkeypatch):
     flag = SimpleNamespace(value=True)
     monkeypatch.setattr(report_gate, "GATE", ReportGate(flag))
     listener = SimpleNamespace(quiet=True, on_allocated=None, **{name: lambda *a: None for name in (
@@ -94,12 +94,19 @@ def test_reports_go_off_only_while_the_one_listener_is_quiet_and_nobody_register
         from torch.cuda import _gpu_trace
         _gpu_trace.register_callback_for_memory_allocation(print)   # a sanitizer's, registered the documented way
         try:
-            hooks.reroute()
-            assert flag.value is True
+            assert flag.value is True                   # at once: no route change needed
         finally:
             _gpu_trace.MemoryAllocationCallbacks.callback_list.remove(print)
         hooks.reroute()
-    assert flag.value is True                       # nobody listens: as torch left it
+        assert flag.value is False
+    assert flag.value is False                      # nobody listens: no report is made for nobody
+    _gpu_trace.register_callback_for_stream_creation(print)   # the sanitizer enabled after a check
+    try:
+        assert flag.value is True
+    finally:
+        _gpu_trace.StreamCreationCallbacks.callback_list.remove(print)
+        hooks.reroute()
+    assert flag.value is False
 
 
 def test_a_server_that_rebuilds_a_static_input_is_caught_with_no_free_report(streams, fake_graph_methods):
@@ -157,3 +164,17 @@ def test_a_capture_while_serving_into_the_pool_its_inputs_were_routed_to_frees_t
         torch.cuda.CUDAGraph.replay(first)
     assert kept is not None and out is not None
     assert [f.code for r in checker.reports for f in r.findings] == []
+
+
+@pytest.mark.gpu
+def test_after_a_check_in_the_same_process_an_error_on_the_gpu_stays_the_programs_own():
+    # With the reports left on after a recording, a free reported while an error unwound failed in torch's
+    # C++ ("cuda trace hook execution failed") and the program saw ``SystemError: error return without
+    # exception set`` instead of its own error (on the H200, in test_where_and_why).
+    from gpu_demo import check_capture
+
+    check_capture(lambda: (torch.nn.Linear(16, 16), (torch.randn(4, 16),)), isolate=False, dtype="float32")
+    assert not hooks.active() and GATE.shut_now   # nobody listens: no report is made
+    x = torch.randn(2, 4, device="cuda")
+    with pytest.raises(RuntimeError, match="mat1 and mat2 shapes cannot be multiplied"):
+        x @ x.new_ones(3, 3)
