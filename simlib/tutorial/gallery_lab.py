@@ -39,9 +39,9 @@ ORDERS = {"read_later": READ_LATER, "read_at_once": READ_AT_ONCE}
 RULE_CODES = tuple(r.code for r in (FROZEN_HOST_VALUE, INPUT_REBUILT, FREED_UNDER_GRAPH, GRAPHS_CLOBBER))
 FREED_CASES = ("buffer_rebound", "workspace_freed_in_capture", "workspace_resized_under_graph")
 FAMILY_CODES = tuple(r.code for r in (OUTPUT_OVERWRITTEN, WEIGHTS_REBOUND, VIEW_FROZEN, HOST_STATE_BRANCH,
-                                      UNREGISTERED_GENERATOR, INPUT_FRESH_BETWEEN_GRAPHS))
+                                      UNREGISTERED_GENERATOR, GRAPHS_CLOBBER, INPUT_FRESH_BETWEEN_GRAPHS))
 FAMILY_CASES = ("weights_rebound_after_sync", "logits_kept_without_clone", "view_sliced_by_host_length",
-                "host_counter_in_capture", "generator_not_registered")
+                "host_counter_in_capture", "generator_not_registered", "drafter_shared_pool", "op_between_pieces_fresh")
 
 READ = {
     "scalar": "notebook 07-gallery, section '1. A host scalar frozen into the graph'",
@@ -122,8 +122,10 @@ def _listed_rules(names: tuple[str, ...]) -> str:
     return "\n".join(f"  {name}: {', '.join(rules)}" for name, rules in _rules(names).items())
 
 
-def _first_rules(names: tuple[str, ...]) -> Callable[[], dict[str, str]]:
-    return lambda: {name: rules[0] for name, rules in _rules(names).items()}
+def _first_rules(names: tuple[str, ...], among: tuple[str, ...] | None = None) -> Callable[[], dict[str, str]]:
+    """Each case's first rule the checker reports (of ``among``, where given: a case may fire an older
+    rule too, as a fresh input between graphs is also a freed block)."""
+    return lambda: {name: next(r for r in rules if among is None or r in among) for name, rules in _rules(names).items()}
 
 
 def _wrong_cases(names: tuple[str, ...], hints: dict[str, str]) -> Callable[[dict[str, str], dict[str, str]], str]:
@@ -163,14 +165,20 @@ _FAMILY_HINTS = {
                                "advances. Who advances it after the capture?",
     "generator_not_registered": "generator_not_registered: a graph advances some generators on every replay. "
                                 "Is the tracker's one of them?",
+    "drafter_shared_pool": "drafter_shared_pool: the target's logits and the draft's lie in one pool. Whose "
+                           "replay writes that memory between the target's replay and the verification?",
+    "op_between_pieces_fresh": "op_between_pieces_fresh: the op between the two pieces returns a new tensor "
+                               "each step. Which address did the second piece capture as its input?",
 }
 
 
 def _right_family(expected: dict[str, str]) -> str:
-    return ("Five stories from the public record in 2026, five rules: in each, a replay computes with "
-            "something the host changed, replaced or meant to change, and nothing fails.\n"
+    return ("Seven stories from the public record in 2026, seven rules: in each, a replay computes with "
+            "something the host changed, replaced or meant to change, or another graph overwrote, and "
+            "nothing fails.\n"
             + _listed_rules(FAMILY_CASES)
-            + "\nEach fix moves what changes to where a replay sees it: in place, on the device, or registered.")
+            + "\nEach fix moves what changes to where a replay sees it (in place, on the device, registered, "
+            "written into the static input) or reads a result before another replay writes over it.")
 
 
 EXERCISES: dict[int, Exercise] = {
@@ -184,7 +192,7 @@ EXERCISES: dict[int, Exercise] = {
                 _solve_pool, _wrong_pool, _right_pool),
     4: Exercise("Which rule names each hazard of 2026?", "family",
                 record_answer({n: word_answer(FAMILY_CODES, n) for n in FAMILY_CASES}),
-                _first_rules(FAMILY_CASES), _wrong_cases(FAMILY_CASES, _FAMILY_HINTS), _right_family),
+                _first_rules(FAMILY_CASES, FAMILY_CODES), _wrong_cases(FAMILY_CASES, _FAMILY_HINTS), _right_family),
 }
 
 GALLERY_LAB = Workbook("the gallery", EXERCISES, READ, frozenset(SCALES))
