@@ -73,23 +73,25 @@ class _Captured:
     by_span: Intervals[list[int]] = field(default_factory=Intervals)   # write span -> indices into ``writes``
     footprint: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)   # the writes' spans, merged
     cleared: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)     # the dead writes' spans, merged
+    live: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)        # the live writes' spans, merged
     left: list[tuple[tuple[DataPtr, DataPtr], Access]] = field(default_factory=list)   # results a replay leaves
     shared: list[int] = field(default_factory=list)   # the writes a replay walks (``GraphsClobber._neighbours``)
     alone: bool = False   # it walks none, and no other graph writes where it writes live
 
     def __post_init__(self) -> None:
         final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
-        for i, w in enumerate(self.writes):
-            spans = self.by_span.get(*w.span)
-            if spans is None:
-                self.by_span.put(*w.span, spans := [])
-            spans.append(i)
+        by_span: dict[tuple[DataPtr, DataPtr], list[int]] = {}
+        spans = [w.span for w in self.writes]
+        for i, (w, span) in enumerate(zip(self.writes, spans)):
+            by_span.setdefault(span, []).append(i)
             if w.live:
-                final.put(*w.span, (w.node, w.arg))
+                final.put(*span, (w.node, w.arg))
             else:
-                final.clear(*w.span)
-        self.footprint = _merged(w.span for w in self.writes)
-        self.cleared = _merged(w.span for w in self.writes if not w.live)
+                final.clear(*span)
+        self.by_span = Intervals(by_span.items())
+        self.footprint = _merged(spans)
+        self.cleared = _merged(span for w, span in zip(self.writes, spans) if not w.live)
+        self.live = _merged(span for w, span in zip(self.writes, spans) if w.live)
         self.left = list(final.items())
 
 
@@ -116,6 +118,8 @@ class GraphsClobber:
         self._results: Intervals[_Result] = Intervals()
         self._clobbered: Intervals[_Clobber] = Intervals()
         self._reported: set[tuple[GraphId, GraphId]] = set()
+        self._live: list[tuple[DataPtr, DataPtr]] = []       # the graphs' live writes
+        self._clobbers: list[tuple[DataPtr, DataPtr]] = []   # where a clobber can lie, merged
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """Graph-pool memory the graphs write: where an eager read may read a clobbered result."""
@@ -141,28 +145,32 @@ class GraphsClobber:
         self._graphs[g.id] = _Captured(
             [w for w in graph_writes(g) if pool.overlapping(*w.span)],
             [(node, a) for node, a in reads_before_writes(g.nodes) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
-        self._neighbours()
+        self._neighbours(g.id, self._graphs[g.id])
 
-    def _neighbours(self) -> None:
-        """What each graph's replay must walk (``_Captured.shared``), and which graphs are alone, worked
-        out again at each capture's end. Results lie only where graphs write live, clobbers only under
-        a blind write over another graph's live write (``clobbers``): the writes that can touch either
-        are known from the captures alone."""
-        graphs = self._graphs
-        owners_of: dict[tuple[DataPtr, DataPtr], list[GraphId]] = {}
-        for gid, g in graphs.items():
-            for w in g.writes:
-                if w.live:
-                    owners_of.setdefault(w.span, []).append(gid)
-        live = Intervals(owners_of.items())
-        clobbers = _merged(w.span for gid, g in graphs.items() for w in g.writes
-                           if w.blind and any(o != gid for _, owners in live.overlapping(*w.span) for o in owners))
-        for gid, g in graphs.items():
-            g.shared = [i for i, w in enumerate(g.writes)
-                        if _in(clobbers, w.span) or any(o != gid for _, owners in live.overlapping(*w.span)
-                                                        for o in owners)]
-            g.alone = not g.shared and not any(_in(o.footprint, w.span) for other, o in graphs.items()
-                                               if other != gid for w in g.writes if w.live)
+    def _neighbours(self, gid: GraphId, new: _Captured) -> None:
+        """What the capture of graph ``gid`` changes in what each graph's replay must walk
+        (``_Captured.shared``) and in which graphs are alone. Results lie only where graphs write
+        live, clobbers only under a blind write over another graph's live write (``_clobbers``): the
+        writes that can touch either are known from the captures alone, and a capture adds to them."""
+        graphs, theirs = self._graphs, _merged(self._live)   # every graph captured before is another
+        mine = new.live
+        spans = [w.span for w in new.writes if w.blind and _in(theirs, w.span)]   # its blind writes on their results
+        for other, o in graphs.items():                                          # theirs on its results
+            if other != gid:
+                spans += [o.writes[i].span for lo, hi in mine for _, found in o.by_span.overlapping(lo, hi)
+                          for i in found if o.writes[i].blind]
+        self._live += mine
+        self._clobbers = clobbers = _merged([*self._clobbers, *spans])
+        new.shared = [i for i, w in enumerate(new.writes) if _in(theirs, w.span) or _in(clobbers, w.span)]
+        new.alone = not new.shared
+        for other, o in graphs.items():
+            if other == gid:
+                continue
+            grown = {i for lo, hi in (*mine, *spans) for _, found in o.by_span.overlapping(lo, hi) for i in found}
+            if not grown <= set(o.shared):
+                o.shared = sorted(grown.union(o.shared))
+            o.alone = o.alone and not o.shared and not any(_in(new.footprint, span) for span in o.live)
+            new.alone = new.alone and not any(_in(o.footprint, span) for span in mine)
 
     def _replayed(self, r: Replay, index: Index) -> list[Finding]:
         """The record-order walk of ``_step`` over the writes that can touch another graph's result or

@@ -238,7 +238,7 @@ def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_
                 writes.append(Write(Launch(step, 0.0, step, "k", "k", "", "main", (a,), g), a, a.access == "w",
                                     draw.random() < 0.5))
             fast._graphs[g], walked._graphs[g] = _Captured(writes, []), _Captured(writes, [])
-        fast._neighbours()
+            fast._neighbours(g, fast._graphs[g])   # each capture adds to what the replays walk
         for k in range(12):
             step += 1
             replay = Replay(step, 0.0, draw.randrange(len(fast._graphs)), k, "main")
