@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from gpu_demo.guard.record import hooks, report_gate
+from gpu_demo.guard.record import collector, hooks, report_gate
 from gpu_demo.guard.record.free_watch import FreeWatch
 from gpu_demo.guard.record.memory_watch import MemoryWatch, Ranges, install_at_bottom, uninstall
 
@@ -63,6 +63,7 @@ class StandingAside:
         if self.memory_watch is None:
             self.memory_watch = MemoryWatch(self.record_call)
             install_at_bottom(self.memory_watch)
+            collector.release()   # the program's own garbage collection again
             journal.aside = True
             if journal.eager:
                 journal.eager = False

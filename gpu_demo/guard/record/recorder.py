@@ -62,7 +62,7 @@ import itertools
 from contextlib import ExitStack
 from typing import Any, Callable
 
-from gpu_demo.guard.record import annotate, hooks, patches, raw_launches, rebinds
+from gpu_demo.guard.record import annotate, collector, hooks, patches, raw_launches, rebinds
 from gpu_demo.guard.record.aside import StandingAside
 from gpu_demo.guard.record.capture_book import CaptureBook
 from gpu_demo.guard.record.cuda_device import Device, cuda_device
@@ -145,10 +145,13 @@ class CaptureRecorder(OpRecorder):
         self._context.enter_context(patches.installed(self))
         self._context.enter_context(rebinds.listening(self.rebinds))
         self._context.callback(self.watch.host_reads.disarm)
+        collector.hold()   # until it stands aside (``aside``) or stops
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self._context.__exit__(*exc_info)
+        if self.aside.memory_watch is None:   # still recording every op
+            collector.release()
         self.aside.leave()
         if self.eager:
             super().__exit__(*exc_info)
