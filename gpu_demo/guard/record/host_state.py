@@ -12,7 +12,8 @@ items, closures, bound methods' owners), and at capture end writes a
 
 What is not the program's is not walked: torch's objects other than modules,
 a module's own bookkeeping (its hooks, parameters and buffers), the guard's
-and the simulator's objects; the walk stops after ``MAX_OBJECTS``
+and the simulator's objects, and what runs the program (a notebook's kernel,
+whose output streams count the messages a cell prints; test runners; I/O); the walk stops after ``MAX_OBJECTS``
 objects or ``MAX_DEPTH`` steps from a frame. An attribute set on an object
 the capture created, or on one reached only through a global, is not seen.
 """
@@ -33,7 +34,11 @@ MAX_OBJECTS = 20_000
 MAX_DEPTH = 8
 MAX_FRAMES = 12          # frames above the capture's begin whose locals are walked
 _NOT_THE_PROGRAMS = ("torch", "gpu_demo.guard", "simlib", "builtins", "typing", "collections", "functools",
-                     "threading", "weakref", "types", "contextlib", "_thread")
+                     "threading", "weakref", "types", "contextlib", "_thread",
+                     # what runs the program, not the program: a notebook's kernel and its output streams
+                     # (their message counters move whenever a cell prints), test runners, I/O, event loops
+                     "IPython", "ipykernel", "jupyter_client", "traitlets", "zmq", "tornado", "asyncio",
+                     "_pytest", "pytest", "pluggy", "io", "_io", "logging", "concurrent", "queue")
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 _LEAVES = frozenset({int, bool, float, complex, str, bytes, type(None), torch.Tensor, torch.nn.Parameter})
 # What every module's ``__dict__`` holds for torch (hooks, parameters, buffers): not the program's state.
