@@ -23,6 +23,15 @@ in the respects that matter here:
   their streams' work queued at that moment (PyTorch's
   ``needs_events_deferred_until_no_capture``, default allocator settings).
 
+Which block a request gets is the allocator's choice, not the program's: on a
+GPU the next request may take another block (another size class, another
+stream's list) and leave a freed one untouched for a while. ``reuse_default=False``
+is that world: a block freed in the default pool is never handed out again, so
+a replay that reads a freed block still finds the old bytes. A freed-block
+hazard goes wrong in one world and stays hidden in the other; ``explore``
+(``simlib.engine.schedules``) runs both. Graph pools reuse
+their blocks either way: a capture lays them out once.
+
 Not modelled: splitting and merging blocks (a freed block is reused only for
 the same rounded size), the small/large pool split, and returning memory to
 the driver.
@@ -74,6 +83,7 @@ class CachingAllocator:
     host time ``now`` first returns every block whose time has come.
     """
 
+    reuse_default: bool = True   # hand a block freed in the default pool out again (the module doc)
     _next: dict[str, int] = field(default_factory=dict)
     _cached: dict[tuple[str, str, int], list[int]] = field(default_factory=dict)
     _pending: list[tuple[float, int, int, str, str]] = field(default_factory=list)
@@ -86,7 +96,7 @@ class CachingAllocator:
         if self._pending:
             self._settle(now)
         size = round_size(nbytes)
-        cached = self._cached.get((pool, stream, size))
+        cached = self._cached.get((pool, stream, size)) if self.reuse_default or pool != DEFAULT_POOL else None
         if cached:
             return heapq.heappop(cached)
         ptr = self._next.get(pool, _pool_base(pool))
@@ -97,7 +107,8 @@ class CachingAllocator:
         """Would ``allocate`` reuse a cached block (rather than ask the driver, cudaMalloc)?"""
         if self._pending:
             self._settle(now)
-        return nbytes == 0 or bool(self._cached.get((pool, stream, round_size(nbytes))))
+        return nbytes == 0 or ((self.reuse_default or pool != DEFAULT_POOL)
+                               and bool(self._cached.get((pool, stream, round_size(nbytes)))))
 
     def release(self, ptr: int, nbytes: int, stream: str, pool: str) -> None:
         if ptr == 0:

@@ -14,6 +14,12 @@ all wrong. ``explore(program)`` asks instead what the replays *can* do:
    replay finish one node before the other starts: the other waits, as if its
    branch had been delayed (nothing else changes).
 
+4. run ``program`` once more with an allocator that hands no block freed in the
+   default pool out again (``Runtime(reuse_default=False)``): which block a
+   request gets is the allocator's choice, and a freed block a graph still
+   reads goes wrong only once something else takes it. That run is a witness
+   where it changes the outcome.
+
 Each run is a ``Witness``: the order it realises, the outcome the program
 reported, and its trace, whose replay ``DeviceSpan``s are the start and end
 times that realise that order (``simlib.tutorial.plots.timeline`` draws them). The
@@ -75,6 +81,7 @@ class Witness:
     trace: Trace
     race: Race | None = None
     order: tuple[Launch, Launch] | None = None
+    reuse_default: bool = True   # False: the allocator handed no freed default-pool block out again
 
     @property
     def spans(self) -> list[DeviceSpan]:
@@ -83,6 +90,8 @@ class Witness:
 
     def describe(self) -> str:
         """``as timed``, or ``if 'b' (alt) starts after 'a' (main) ends``."""
+        if not self.reuse_default:
+            return "if the allocator hands no freed block out again"
         if self.order is None:
             return "as timed"
         earlier, later = self.order
@@ -114,7 +123,8 @@ class Exploration:
 
 
 def explore(program: Callable[[Runtime], str], profile: Profile | None = None) -> Exploration:
-    """Run ``program`` as timed, then once per unseen order of each race (see the module doc)."""
+    """Run ``program`` as timed, then once per unseen order of each race, then with freed blocks
+    left alone (see the module doc)."""
     default_rt = Runtime(profile)
     default = Witness(program(default_rt), default_rt.trace)
     found = tuple(races(default_rt.trace))
@@ -133,6 +143,10 @@ def explore(program: Callable[[Runtime], str], profile: Profile | None = None) -
                         "the program captured different nodes on a second run; explore() needs a "
                         "deterministic program that builds everything on the Runtime it is given")
             witnesses.append(Witness(outcome, rt.trace, race, (earlier, later)))
+    kept = Runtime(profile, reuse_default=False)
+    outcome = program(kept)
+    if all(w.outcome != outcome for w in witnesses):
+        witnesses.append(Witness(outcome, kept.trace, reuse_default=False))
     return Exploration(default, found, tuple(witnesses))
 
 

@@ -1,9 +1,10 @@
 """A gallery case against its PyTorch twin on the H200: what the simulator predicts, what the device showed.
 
-The simulator predicts a *set* of outcomes for a case whose hazard is a freed block
-(``Case.reuse_decides``): the simulation hands the block to the next allocation, so its replays
-go wrong, but a GPU's allocator may not have handed it out yet, and then the replays still read
-the old bytes and come out right. ``twin_against_prediction`` says, for the hazard and its fix,
+The simulator predicts a *set* of outcomes for a case (``Case.outcomes``): as simulated, and with
+an allocator that hands no freed block out again. For a hazard that is a freed block the two
+differ: the simulation hands the block to the next allocation, so its replays go wrong, but a
+GPU's allocator may not have handed it out yet, and then the replays still read the old bytes
+and come out right. ``twin_against_prediction`` says, for the hazard and its fix,
 whether the H200 agreed, fell inside that set (and why), differed, or has not run the twin yet.
 The H200 results are read from the corpus file the caller names (a notebook passes
 ``gpu_demo.lab.results.path("corpus-h200")``).

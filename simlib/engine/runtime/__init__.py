@@ -61,16 +61,19 @@ class Runtime(StreamCalls, TensorCalls, KernelCalls, CaptureCalls, ReplayCalls, 
     ``schedule`` (``simlib.engine.schedules.Schedule``) adds orders between graph nodes
     that every replay must honour: how the schedule explorer realises each
     order of a race. Without it, replay timing follows the profile alone.
+    ``reuse_default=False``: the allocator never hands a block freed in the default
+    pool out again (``simlib.engine.allocator``).
     """
 
-    def __init__(self, profile: Profile | None = None, *, schedule: "Schedule | None" = None) -> None:
+    def __init__(self, profile: Profile | None = None, *, schedule: "Schedule | None" = None,
+                 reuse_default: bool = True) -> None:
         self.profile = profile or Profile()
         self.schedule = schedule
         self.trace = Trace(meta={"source": "simlib", "profile": self.profile.name})
         self.now = 0.0
         self.step = -1
         self.device = Device()
-        self.allocator = CachingAllocator()
+        self.allocator = CachingAllocator(reuse_default)
         self.default_stream = Stream(self, "default", legacy=True)
         self.current_stream = self.default_stream
         self.streams: dict[str, Stream] = {"default": self.default_stream}

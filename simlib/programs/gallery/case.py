@@ -75,29 +75,26 @@ class Case:
     fixed_expected: str = CORRECT
     notes: Mapping[str, str] = field(default_factory=dict)   # order -> what happens, in a sentence
     shows: str | None = None                # the graph its pictures draw (default: the first captured)
-    # The hazard is a freed block: a replay goes wrong only once the allocator has handed the
-    # block to a tensor that something writes before the replay. The simulation runs one such
-    # allocation; on a GPU the next request may take another block (another size class, another
-    # stream's free list), and the replays stay right for now. So the outcome set also holds
-    # ``correct`` (the rule fires either way), as a race's does.
-    reuse_decides: bool = False
-
     @property
     def orders(self) -> tuple[str, ...]:
         return tuple(self.expected)
 
     def outcomes(self, run: CaseRun) -> frozenset[str]:
-        """Every outcome the simulator predicts for ``run`` of this case: the simulated one, and
-        ``correct`` too for a hazard whose freed block a GPU may not have handed out yet."""
-        maybe_lucky = self.reuse_decides and run.name == self.name
-        return frozenset({run.outcome, CORRECT} if maybe_lucky else {run.outcome})
+        """Every outcome the simulator predicts for ``run`` of this case: the simulated one, and the
+        one where the allocator hands no freed block out again. A hazard that is a freed block goes
+        wrong only once something else takes the block; on a GPU the next request may take another
+        (another size class, another stream's list), and the replays stay right for now: the rule
+        fires either way, and ``correct`` is then luck, not safety (``simlib.engine.allocator``)."""
+        kept = self.run(run.name == self.fix, run.order, reuse_default=False)
+        return frozenset({run.outcome, kept.outcome})
 
-    def run(self, fixed: bool = False, order: str | None = None) -> CaseRun:
-        """Simulate the hazard (or its fix) in ``order`` (the first of ``orders`` by default)."""
+    def run(self, fixed: bool = False, order: str | None = None, *, reuse_default: bool = True) -> CaseRun:
+        """Simulate the hazard (or its fix) in ``order`` (the first of ``orders`` by default);
+        ``reuse_default=False``: with an allocator that hands no freed block out again."""
         order = self.orders[0] if order is None else order
         if order not in self.expected:
             raise ValueError(f"{self.name}: no order {order!r}; the orders are {list(self.orders)}")
-        session = Session(self.build(fixed))
+        session = Session(self.build(fixed), runtime=Runtime(reuse_default=reuse_default))
         self.script(session, order, fixed)
         result = session.result()
         return CaseRun(self.fix if fixed else self.name, order, result, result.findings(), self.shows)

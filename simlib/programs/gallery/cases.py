@@ -92,8 +92,7 @@ WORKSPACE_FREED = Case(
         "    del self.workspace                     # 'the graph has it now'\n"),
     pytorch_fix=(
         "y = gemm(x, self.workspace)                # kept as long as the graph is\n"),
-    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
-    reuse_decides=True)
+    build=freed.workspace_freed_in_capture, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,))
 
 SHARED_POOL = Case(
     name="shared_pool_clobber", fix="fix_shared_pool_output_copied",
@@ -144,22 +143,21 @@ BUFFER_REBOUND = Case(
     threads=("vLLM #11596",),
     story=(
         "A module assigns a new tensor to one of its buffers in forward, every call (vLLM #11596: "
-        "a rope cache rebuilt and re-bound inside forward), while the host refreshes whichever "
-        "tensor the attribute names before each call. The capture froze a copy from the tensor "
-        "bound then, which had no reference left afterwards and was freed during the capture: "
-        "every replay overwrites the refreshed buffer with the bytes of that freed block, which "
-        "the allocator may hand to someone else (on the H200 run of the twin it had not yet: "
-        "correct, by luck)."),
+        "self.buffer = self.buffer.to(..., copy=True), a scale that never changes). The capture froze "
+        "a copy from the tensor bound then, which had no reference left afterwards and was freed "
+        "during the capture: every replay copies from that freed block, and the allocator hands it "
+        "to whatever asks next (here the next call's input), so the replays scale by its bytes. "
+        "Until something takes the block they still read the old scale: on the H200 run of the twin "
+        "nothing had, and it came out correct, by luck."),
     pytorch=(
         "def forward(self, x):\n"
         "    self.buf = self.buf.to(x.dtype, copy=True)   # re-bound: a new tensor every call\n"
-        "    return x * self.buf\n"
-        "# before each call the host refreshes it: model.buf.copy_(new_values)\n"),
+        "    return x * self.buf\n"),
     pytorch_fix=(
         "def forward(self, x):\n"
-        "    return x * self.buf                        # converted once, at load; refreshed in place\n"),
-    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,),
-    reuse_decides=True)
+        "    self.buf.copy_(self.source)                  # one buffer for life, updated in place\n"
+        "    return x * self.buf\n"),
+    build=frozen.buffer_rebound, expected={ONE_ORDER: SILENT_WRONG}, rules=(FREED_UNDER_GRAPH.code,))
 
 # The family as it stands in 2026 (issue 36), each with its PyTorch twin in gpu_demo.lab.corpus.
 

@@ -61,25 +61,24 @@ def input_rebuilt(fixed: bool) -> Build:
 
 def buffer_rebound(fixed: bool) -> Build:
     """A module buffer re-bound to a new tensor every call (``self.buf = self.buf.to(dtype,
-    copy=True)``), which the host refreshes before each call.
+    copy=True)``): a scale that never changes, as in its twin (vLLM #11596).
 
-    Fixed: the buffer is converted once, and the host copies new values into it in place.
+    Fixed: the module keeps one buffer and copies the scale into it in place.
     """
     def build(rt: Runtime) -> Program:
         x = rt.empty((T, H), "x")
-        module = {"buf": rt.empty((T, H), "buf")}
-
-        def feed(k: int) -> None:
-            refreshed(rt, x, "x", k)
-            refreshed(rt, module["buf"], "buf", k)
+        source = rt.from_host((T, H), "scale", value="scale")   # converted at load
+        module = {"buf": rt.clone(source, label="buf")}
 
         def forward():
             buf = module["buf"]
-            if not fixed:                                     # self.buf = self.buf.to(..., copy=True)
+            if fixed:                                         # self.buf.copy_(self.source)
+                buf.copy_(source)
+            else:                                             # self.buf = self.buf.to(..., copy=True)
                 module["buf"] = rt.clone(buf, label="buf")
                 rt.release(buf)                               # the old one has no reference left
             return rt.op("scale_by_buf", x, module["buf"], out_shape=(T, H))
-        return Program(forward, feed, [x, module["buf"]] if fixed else [x])
+        return Program(forward, lambda k: refreshed(rt, x, "x", k), [x])
     return build
 
 

@@ -179,6 +179,32 @@ def test_a_harness_programs_races_have_an_outcome_set_with_a_schedule_for_each()
         Session(racy, runtime=Runtime(), schedule=Schedule())
 
 
+def freed_scale(rt):
+    """A scale re-bound every call (``self.buf = self.buf.to(copy=True)``): the capture's copy reads a freed block."""
+    x, module = rt.empty((4, 8), "x"), {"buf": rt.from_host((4, 8), "scale", value="scale")}
+
+    def forward():
+        old, module["buf"] = module["buf"], rt.clone(module["buf"], label="buf")
+        rt.release(old)
+        return rt.op("scale_by", x, module["buf"], out_shape=(4, 8))
+    return Program(forward, lambda k: x.copy_(rt.from_host((4, 8), f"x{k}", value=f"x{k}")), [x])
+
+
+def test_a_freed_block_the_allocator_may_leave_alone_gives_an_outcome_set_with_its_witness():
+    # Which block a request gets is the allocator's choice: handed out again, the freed scale's block
+    # holds the next upload and the replay scales by it; left alone, the replay reads the old scale.
+    found = explore_program(freed_scale, warmups=1, replays=2)
+    assert found.races == () and found.outcomes == {CORRECT, SILENT_WRONG}
+    assert found.default.outcome == SILENT_WRONG
+    assert found.witness(CORRECT).describe() == "if the allocator hands no freed block out again"
+    lucky = Session(freed_scale, runtime=Runtime(reuse_default=False))
+    lucky.warm_up(calls=1)
+    lucky.capture()
+    lucky.replay()
+    assert lucky.result().outcome == CORRECT and lucky.result().findings()   # the rule fires either way
+    assert explore_program(racy, warmups=1, replays=1).witnesses[-1].reuse_default   # no freed block decides there
+
+
 def test_a_program_registers_its_generators_with_its_graph():
     def sampling(registered):
         def build(rt):

@@ -30,7 +30,7 @@ def graph_of(name, fixed=False):
     ("op_between_pieces_fresh", "r act 0x7f…00a00 STALE"),
     ("input_rebuilt_each_call", "r positions 0x7e…00000 REBUILT"),
     ("workspace_resized_under_graph", "r plan_bs1 0x7f…00000 FREED"),
-    ("buffer_rebound", "r buf 0x7f…00600 FREED"),
+    ("buffer_rebound", "r buf 0x7f…00800 FREED"),
 ])
 def test_the_graph_draws_what_its_node_froze_in_vermillion_and_the_fix_draws_nothing(name, marked):
     assert marked in strings(graph_of(name), "graph-bad-args")
@@ -39,7 +39,7 @@ def test_the_graph_draws_what_its_node_froze_in_vermillion_and_the_fix_draws_not
 
 
 def test_only_the_argument_at_the_named_address_is_marked():
-    assert strings(graph_of("buffer_rebound"), "graph-bad-args") == ["r buf 0x7f…00600 FREED"]   # not its copy
+    assert strings(graph_of("buffer_rebound"), "graph-bad-args") == ["r buf 0x7f…00800 FREED"]   # not its copy
 
 
 def test_what_a_box_cannot_show_is_said_under_the_graph():

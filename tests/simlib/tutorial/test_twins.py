@@ -40,7 +40,11 @@ def test_a_twin_not_run_yet_says_so(tmp_path, exists):
 
 
 def test_only_a_freed_block_s_hazard_predicts_a_set():
-    for case in CASES.values():
-        sets = {fixed: case.outcomes(case.run(fixed=fixed)) for fixed in (False, True)}
-        assert sets[True] == {"correct"}
-        assert len(sets[False]) == (2 if case.reuse_decides else 1), case.name
+    # The allocator's other choice (no freed block handed out again) changes the outcome only where the
+    # hazard is a freed default-pool block that something takes before the replays: the twins the H200
+    # ran correct, by luck. A graph pool's blocks are reused either way.
+    sets = {name: {fixed: case.outcomes(case.run(fixed=fixed)) for fixed in (False, True)}
+            for name, case in CASES.items()}
+    assert all(s[True] == {"correct"} for s in sets.values())
+    assert {name for name, s in sets.items() if len(s[False]) == 2} == {"workspace_freed_in_capture", "buffer_rebound"}
+    assert all(s[False] == {"correct", "silent_wrong"} for s in sets.values() if len(s[False]) == 2)
