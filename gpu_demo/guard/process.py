@@ -52,6 +52,7 @@ import torch
 from gpu_demo.guard.no_capture import NoCaptureWarning, no_capture
 from gpu_demo.guard.protocol.child import run_in_child
 from gpu_demo.guard.protocol.cuda_errors import one_line
+from gpu_demo.guard.record.aside import CLONE_KERNEL
 from gpu_demo.guard.record.call_site import user_stacklevel
 from gpu_demo.guard.record.cuda_device import Device
 from gpu_demo.guard.record.naming import renamed_text
@@ -167,6 +168,8 @@ class CaptureChecker:
         if self.serving:
             self.checker.forget_eager()
         self._watch()
+        if self.serving:
+            self.recorder.aside.replayed(graph, lambda: self.checker.results_of(graph))
 
     @_timed
     def check_records(self) -> None:
@@ -184,7 +187,8 @@ class CaptureChecker:
         """Serving: tell the recorder what to watch whenever the checker's answer changed."""
         if self.serving and self._watched != self.checker.watch_changes:
             self._watched = self.checker.watch_changes
-            self.recorder.stand_aside(self.checker.watched_reads(), self.checker.watched_frees())
+            self.recorder.stand_aside(self.checker.watched_reads(), self.checker.watched_frees(),
+                                      copies_recorded=self.checker.ties_writers(CLONE_KERNEL))
 
     def _feed(self) -> list[Finding]:
         records = self.recorder.trace.records

@@ -38,6 +38,7 @@ from .findings import Finding
 from .index import Graph, Index, index_trace
 from .inputs import graph_reads, with_inputs
 from .intervals import Intervals
+from .results import graph_writes
 from .rule_capture_failed import capture_failed
 from .rule_empty_argument import emptied_tensors, empty_arguments
 from .rule_extent import short_extents
@@ -77,8 +78,9 @@ class IncrementalChecker:
         self._stale = StaleInputs()
         self._overwritten = OutputOverwritten()
         self._rules_of: dict[type, tuple] = {}   # record type -> the stream rules that read it (their READS)
+        self._fresh_between = FreshBetweenGraphs()
         for rule in (self._freed, self._clobber, self._stale, self._overwritten, WeightsRebound(),
-                     FreshBetweenGraphs()):
+                     self._fresh_between):
             for kind in rule.READS:
                 self._rules_of[kind] = (*self._rules_of.get(kind, ()), rule.add)
         self._checked: set[GraphId] = set()
@@ -134,6 +136,19 @@ class IncrementalChecker:
         """Memory an eager launch's access to matters: graphs' live results (rules 11 and 13), and what
         graphs not yet replayed read (their inputs are named by what the program writes there)."""
         return self._clobber.watched() + self._overwritten.watched() + [span for span, _ in self._reads.items()]
+
+    def results_of(self, gid: GraphId) -> list[tuple[DataPtr, DataPtr]]:
+        """Where graph ``gid``'s replay leaves what it writes live (its outputs, state it keeps):
+        right after its replay, what an eager read finds there is that replay's."""
+        g = self.index.graphs.get(gid)
+        if g is None or g.failed:
+            return []
+        return [w.span for w in graph_writes(g) if w.live]
+
+    def ties_writers(self, kernel: str) -> bool:
+        """Does a graph read an input that an eager launch of ``kernel`` wrote before its capture
+        (rule 18 follows that launch's later calls)?"""
+        return self._fresh_between.ties(kernel)
 
     def watched_frees(self) -> list[tuple[DataPtr, DataPtr]]:
         """Memory a free of matters: the blocks graphs use outside their pools (rule 10), and what graphs

@@ -66,6 +66,10 @@ class FreshBetweenGraphs:
         self._of_graph: dict[GraphId, list[_Input]] = {}
         self._reported: set[tuple[GraphId, str, str]] = set()
 
+    def ties(self, kernel: str) -> bool:
+        """Is some graph's input tied to an eager launch of ``kernel``?"""
+        return any(k == kernel for _, k in self._by_writer)
+
     def add(self, r: Record, index: Index) -> list[Finding]:
         kind = type(r)
         if kind is Launch:

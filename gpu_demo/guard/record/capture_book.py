@@ -133,6 +133,7 @@ class CaptureBook:
 
     def replay(self, graph: int, index: int) -> None:
         self._replays[graph] = index + 1
+        self._journal.settle()
         self._journal.emit(Replay, graph=graph, index=index, stream=self._order.stream(), site=user_site())
         for callback in self.replayed:
             callback(graph)
@@ -165,6 +166,7 @@ class CaptureBook:
         journal, ledger = self._journal, self._ledger
         ledger.unclaimed()   # blocks taken before the capture are not its pool's
         graph = next(self._graph_ids)
+        journal.settle()
         journal.emit(Capture, op="begin", graph=graph, stream=stream, inputs=inputs, pool=pool, site=user_site())
         self.host.take()
         self.open = OpenCapture(graph, inputs, by_hand, cuda_graph, pool)

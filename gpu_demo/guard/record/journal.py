@@ -15,7 +15,7 @@ import itertools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from torch._C import DisableTorchFunction
 
@@ -43,6 +43,8 @@ class Journal:
     busy: int = 0                 # >0 while the recorder's own code or an op's internals run
     aside: bool = False           # standing aside (``StandingAside.stand_aside``): replays are still recorded
     watching: int = 0             # >0 while a call the memory watch picked runs: recorded
+    # Standing aside: records what was left for later (``fresh_views``), before a record that could read it.
+    settle: Callable[[], None] = lambda: None
     steps: Iterator[int] = field(default_factory=itertools.count)
     t0: int = field(default_factory=time.perf_counter_ns)
 

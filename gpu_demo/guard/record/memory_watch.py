@@ -55,6 +55,11 @@ class Ranges:
         i = bisect.bisect_left(self.los, ptr + max(nbytes, 1)) - 1
         return i >= 0 and self.his[i] > ptr
 
+    def holds(self, ptr: int, nbytes: int) -> bool:
+        """Does one range hold all of ``[ptr, ptr + nbytes)``?"""
+        i = bisect.bisect_right(self.los, ptr) - 1
+        return i >= 0 and self.his[i] >= ptr + nbytes
+
 
 class MemoryWatch(TorchFunctionMode):
     """Runs each call through ``record`` when one of its tensors lies on watched memory."""

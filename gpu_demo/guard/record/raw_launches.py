@@ -28,6 +28,7 @@ def on_triton_launch(recorder: "CaptureRecorder", kernel: str, args: Sequence[tu
     journal, watch = recorder.journal, recorder.aside.memory_watch
     if journal.busy or not (journal.recording or (watch is not None and watch.touched(args))):
         return  # launched by an op the dispatcher already showed, or on memory no rule follows
+    journal.settle()
     if access is not None and access.unknown:
         recorder.trace.meta.setdefault("triton_access_unknown", {})[kernel] = access.unknown
     with journal.quiet():
