@@ -33,6 +33,13 @@ CUDA_ERROR_TEXTS: dict[str, str] = {
     "thread-local capture sequence from another thread": "cudaErrorStreamCaptureWrongThread",
     "illegal memory access": "cudaErrorIllegalAddress",
 }
+# PyTorch's own refusals while a stream captures (its texts, lower case) -> the name a capture error gets.
+TORCH_CAPTURE_TEXTS: dict[str, str] = {
+    # a random op of PyTorch's drew from a generator not registered with the graph (CUDAGeneratorState::increase)
+    "increase offset for a cuda generator not in capture mode": "generator_not_in_capture",
+    # the host set a generator's state during capture, and no graph had registered it
+    "during cuda graph capture without a registered capture state": "generator_not_in_capture",
+}
 SHAPE_ERROR_TEXTS = ("size mismatch", "must match the size", "shapes cannot be multiplied",
                      "need to be at least 1D")
 NO_DATA_TEXT = "data is not allocated yet"   # c10::TensorImpl: storage freed, shape kept
@@ -64,8 +71,8 @@ def is_illegal_address(exc: BaseException) -> bool:
 
 
 def classify_capture_failure(exc: BaseException) -> str:
-    """``capture_error:<enum>``, ``capture_error:shape_mismatch`` or, for an error
-    that names no CUDA error, ``capture_error:<exception type>``."""
+    """``capture_error:<enum>``, ``capture_error:shape_mismatch``, a PyTorch refusal's name
+    (``TORCH_CAPTURE_TEXTS``) or, for an error that names none, ``capture_error:<exception type>``."""
     message = str(exc)
     if any(text in message for text in SHAPE_ERROR_TEXTS):
         return capture_error(SHAPE_MISMATCH)
@@ -74,6 +81,8 @@ def classify_capture_failure(exc: BaseException) -> str:
     name = cuda_error_name(message)
     if name == "cudaErrorIllegalAddress":
         return ILLEGAL_ADDRESS
+    lowered = message.lower()
+    name = name or next((named for text, named in TORCH_CAPTURE_TEXTS.items() if text in lowered), None)
     return capture_error(name or type(exc).__name__)
 
 

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from gpu_demo.guard.record import tensor_reads
 
 _data_ptr, _numel, _itemsize = tensor_reads.data_ptr, tensor_reads.numel, tensor_reads.itemsize
+_bisect_left = bisect.bisect_left
 _Tensor, _Storage = torch.Tensor, torch.UntypedStorage
 _GETTER = type(_Tensor.shape.__get__)   # what a property read (``x.shape``, ``x.dtype``) reaches the mode as
 # Calls that read a tensor's metadata, never its memory: they pass at once (models make many).
@@ -83,26 +84,31 @@ class MemoryWatch(TorchFunctionMode):
 
     def _touched(self, values: Iterable[Any]) -> bool:
         ranges = self.ranges
+        los, his = ranges.los, ranges.his
         for v in values:
             if isinstance(v, _Tensor):
-                if _on(ranges, v):
+                if _on(los, his, v):
                     return True
             elif type(v) is _Storage:   # ``t.set_(storage, ...)``: a weak reference made onto watched memory
                 if ranges.touches(v.data_ptr(), v.nbytes()):
                     return True
             elif type(v) is list or type(v) is tuple:
                 for t in v:
-                    if isinstance(t, _Tensor) and _on(ranges, t):
+                    if isinstance(t, _Tensor) and _on(los, his, t):
                         return True
         return False
 
 
-def _on(ranges: Ranges, t: torch.Tensor) -> bool:
+def _on(los: list[int], his: list[int], t: torch.Tensor) -> bool:
+    """``Ranges.touches`` for ``t``'s bytes, inlined: the watch asks it of every tensor of every call."""
     try:
         ptr = _data_ptr(t)
     except RuntimeError:   # no storage (a tracing tensor): no memory to watch
         return False
-    return ptr != 0 and ranges.touches(ptr, _numel(t) * _itemsize(t))
+    if not ptr:
+        return False
+    i = _bisect_left(los, ptr + (_numel(t) * _itemsize(t) or 1)) - 1
+    return i >= 0 and his[i] > ptr
 
 
 def install_at_bottom(mode: TorchFunctionMode) -> None:

@@ -1,34 +1,36 @@
-"""Fix: the private generator is registered with the graph before the capture (Megatron-LM #5697, #5791;
-SGLang-omni #415).
+"""Fix: the sampler's generator is drawn from by a kernel that reads its state on the device, and registered
+with the graph (Megatron-LM #5697, #5791; SGLang-omni #415).
 
-The twin of ``generator_not_registered``: the same dropout on the tracker's
-generator, but ``graph.register_generator_state(layer.rng)`` before the
-capture, as Megatron-LM's CUDA-graphable RNG tracker does. Every replay then
-reads the generator's current seed and offset and advances it, as the
-default generator is.
+The twin of ``generator_not_registered``: the same decode step and Gumbel-max
+sampling from the sampler's own ``torch.Generator``, but the noise comes from
+PyTorch's own draw (``torch.rand(..., generator=...)``), whose kernel reads
+the generator's seed and offset through the graph, and
+``graph.register_generator_state(sampler.rng)`` before the capture, as
+Megatron-LM's fix registers the sampling backend's generators: every replay
+reads the generator's current state and advances it.
 
-Safe: each replay draws the mask the eager step draws from the same seed.
+Safe: each replay samples with the noise the eager step draws from the same seed.
 """
 
 import torch
 
 EXPECTED = "safe"
-TOKENS, HIDDEN, P, STEPS, SEED = 8, 256, 0.5, 3, 1234
+TOKENS, HIDDEN, VOCAB, STEPS, SEED = 8, 256, 512, 3, 1234
 
 
-class ParallelDropout(torch.nn.Module):
-    """A row-parallel projection, then dropout with the tracker's generator."""
+class Sampler(torch.nn.Module):
+    """The decode step's head, then Gumbel-max sampling with noise from the sampler's generator."""
 
     def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
         super().__init__()
-        self.proj = torch.nn.Linear(HIDDEN, HIDDEN, bias=False, device=device, dtype=dtype)
-        self.rng = torch.Generator(device=device)        # the model-parallel RNG tracker's generator
+        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False, device=device, dtype=dtype)
+        self.rng = torch.Generator(device=device)        # the sampling backend's own generator
         self.rng.manual_seed(SEED)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.proj(x)
-        keep = torch.empty_like(h).bernoulli_(1 - P, generator=self.rng)
-        return h * keep / (1 - P)
+        logits = self.head(x).float()
+        u = torch.rand(logits.shape, generator=self.rng, device=logits.device).clamp_(1e-7, 1 - 1e-7)
+        return logits - torch.log(-torch.log(u))   # the sampled token is its argmax
 
 
 def error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -39,24 +41,24 @@ def error(got: torch.Tensor, want: torch.Tensor) -> float:
 def run(device: torch.device, dtype: torch.dtype) -> list[float]:
     """Capture the step, then replay it ``STEPS`` times, each from a new seed of the generator; each
     replay's error against the step run eagerly from the same seed."""
-    layer = ParallelDropout(device, dtype)
+    sampler = Sampler(device, dtype)
     static = torch.randn(TOKENS, HIDDEN, device=device, dtype=dtype)
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            layer(static)
+            sampler(static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    graph.register_generator_state(layer.rng)   # each replay now advances it
+    graph.register_generator_state(sampler.rng)   # each replay now advances it
     with torch.cuda.graph(graph):
-        out = layer(static)
+        out = sampler(static)
     errors = []
     for step in range(STEPS):
-        layer.rng.manual_seed(SEED + 1 + step)
+        sampler.rng.manual_seed(SEED + 1 + step)
         graph.replay()
         got = out.clone()
-        layer.rng.manual_seed(SEED + 1 + step)
-        errors.append(error(got, layer(static)))
+        sampler.rng.manual_seed(SEED + 1 + step)
+        errors.append(error(got, sampler(static)))
     torch.cuda.synchronize()
     return errors

@@ -36,14 +36,15 @@ from __future__ import annotations
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from gpu_demo.guard.protocol.capture_replay import fresh_like, replay_and_compare
 from gpu_demo.guard.protocol.child import run_in_child
-from gpu_demo.guard.protocol.cuda_errors import is_illegal_address, one_line
+from gpu_demo.guard.protocol.cuda_errors import classify_capture_failure, first_error, is_illegal_address, one_line
 from gpu_demo.guard.protocol.tolerance import DTYPES, tolerance_for
 from gpu_demo.lab import corpus
 from gpu_demo.lab.corpus import anchors as anchor_runs
@@ -80,9 +81,14 @@ def script_truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[st
     program = corpus.load(payload["name"])
     dtype = DTYPES[payload["dtype"]]
     torch.manual_seed(payload["seed"])
+    failed_captures: list[BaseException] = []
     try:
-        errors: list[float | None] = list(program.run(torch.device("cuda"), dtype))
+        with _capture_failures(failed_captures):
+            errors: list[float | None] = list(program.run(torch.device("cuda"), dtype))
     except RuntimeError as exc:
+        if failed_captures:   # raised inside ``with torch.cuda.graph``: the capture failed, nothing replayed
+            first = first_error(failed_captures[0])
+            return {"ran": True, "outcome": classify_capture_failure(first), "errors": [], "message": one_line(first)}
         if not is_illegal_address(exc):
             raise
         return {"ran": True, "outcome": ILLEGAL_ADDRESS, "errors": [None], "message": one_line(exc)}
@@ -90,6 +96,23 @@ def script_truth_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[st
     outcome = CORRECT if all(e <= tolerance for e in errors) else SILENT_WRONG
     return {"ran": True, "outcome": outcome, "errors": errors, "tolerance": tolerance,
             "reference": "the script's own eager runs"}
+
+
+@contextmanager
+def _capture_failures(failed: list[BaseException]) -> Iterator[None]:
+    """Note in ``failed`` each exception that leaves a ``with torch.cuda.graph(...)`` block."""
+    original = torch.cuda.graph.__exit__
+
+    def exit_noting(self: torch.cuda.graph, *exc_info: Any) -> Any:
+        if exc_info[1] is not None:
+            failed.append(exc_info[1])
+        return original(self, *exc_info)
+
+    torch.cuda.graph.__exit__ = exit_noting
+    try:
+        yield
+    finally:
+        torch.cuda.graph.__exit__ = original
 
 
 def process_in_child(payload: dict[str, Any], checkpoint: Callable[[dict[str, Any]], None]) -> dict[str, Any]:

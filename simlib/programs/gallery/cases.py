@@ -246,16 +246,17 @@ GENERATOR = Case(
     name="generator_not_registered", fix="fix_generator_registered",
     threads=("Megatron-LM #5697", "Megatron-LM #5791", "SGLang-omni #415"),
     story=(
-        "Dropout in a tensor-parallel region draws from the model-parallel RNG tracker's own CUDA generator, "
-        "not the default one. A graph advances the default generator on every replay, and any generator "
-        "registered with it; this one was not registered, so the capture read its seed and offset once and "
-        "froze them into the dropout kernel. Every replay draws the same mask: training goes on, with "
-        "correlated noise, and nothing fails."),
+        "A captured decode step samples from its sampler's own CUDA generator, not the default one: the host "
+        "reads the generator's seed and offset (FlashInfer's get_seed_and_offset) and hands them to the "
+        "sampling kernel as two integers. A graph advances the default generator on every replay, and any "
+        "generator registered with it, through the graph; this state was read once, at capture, and frozen "
+        "into the kernel. Every replay samples with the same noise: decoding goes on, and nothing fails."),
     pytorch=(
-        "with get_cuda_rng_tracker().fork():              # a private torch.Generator\n"
-        "    out = torch.nn.functional.dropout(x, p)      # captured with the generator's state of the capture\n"),
+        "seed, offset = get_seed_and_offset(n, sampler_generator)   # host ints, read at capture\n"
+        "noise = sampling_kernel(logits, seed, offset)              # every replay: the capture's noise\n"),
     pytorch_fix=(
-        "graph.register_generator_state(get_cuda_rng_tracker().generator)   # before capturing\n"),
+        "graph.register_generator_state(sampler_generator)          # before capturing\n"
+        "noise = torch.rand(logits.shape, generator=sampler_generator)   # the kernel reads the state\n"),
     build=host_state.private_generator, expected={ONE_ORDER: SILENT_WRONG}, rules=(UNREGISTERED_GENERATOR.code,))
 
 DRAFTER = Case(

@@ -68,18 +68,19 @@ def host_counter(fixed: bool) -> Build:
 
 
 def private_generator(fixed: bool) -> Build:
-    """Dropout in a tensor-parallel region drawing from the model-parallel RNG tracker's own generator.
+    """A decode step's sampler drawing from its own generator, whose state the capture read once.
 
-    Fixed: that generator is registered with the graph (``graph.register_generator_state``).
+    Fixed: that generator is registered with the graph (``graph.register_generator_state``) and drawn
+    from by a kernel that reads its state through the graph.
     """
     def build(rt: Runtime) -> Program:
         x = rt.empty((4, H), "x")
-        rng = rt.Generator("model-parallel-rng")
+        rng = rt.Generator("sampler-rng")
 
         def forward():
-            h = rt.op("row_parallel_linear", x, out_shape=(4, H), label="h")
-            out = rt.random("dropout", h, out_shape=(4, H), generator=rng, label="dropout")
-            rt.release(h)
+            logits = rt.op("lm_head", x, out_shape=(4, H), label="logits")
+            out = rt.random("gumbel_sample", logits, out_shape=(4, H), generator=rng, label="scores")
+            rt.release(logits)
             return out
         return Program(forward, lambda k: refreshed(rt, x, "x", k), [x], generators=[rng] if fixed else [])
     return build

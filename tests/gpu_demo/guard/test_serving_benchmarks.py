@@ -295,7 +295,9 @@ def test_the_serving_benchmark_serves_every_mode_block_by_block_on_a_gpu(tmp_pat
     assert result["provenance"]["gpu"] and result["repeats_done"] == 1
     plain, checked = result["modes"]["plain"], result["modes"]["checked"]
     assert len(plain["blocks"]) == len(checked["blocks"]) == 2 and not plain["failed"] and not checked["failed"]
-    assert result["runs"][0]["checked"]["records_kept"] > 0 and len(result["ratios"]["checked_over_plain"]) == 2
+    checked_run = result["runs"][0]["checked"]   # checked at every replay; a copy-out after it is recorded by none
+    assert checked_run["check_s"] > 0 and checked_run["records_kept"] >= 0 and checked_run["quiet"]
+    assert len(result["ratios"]["checked_over_plain"]) == 2
     csan = result["runs"][0]["csan"]
     assert "blocks" in csan or "startup_error" in csan, csan   # the sanitizer served, or said why it could not
     assert set(result["targets"]) == {"checked_last_block_over_first", "checked_last_block_over_plain",

@@ -149,6 +149,8 @@ def test_each_family_member_has_its_hazardous_program_and_its_fixed_twin_citing_
     ("statics[b] = F.pad(", "serve_static_input_rebuilt"),
     ("out_buf[:b].copy_(", "serve_sglang_buckets"),
     ("decoder(in_buf[:b]", "serve_sglang_buckets"),
+    ("generator.get_state()", "generator_not_registered"),      # the host reads the generator (FlashInfer's way)
+    ("register_generator_state(sampler.rng)", "fix_generator_registered"),
 ])
 def test_each_new_construct_is_in_the_program_named_for_it(construct, name):
     assert construct in code(name)
@@ -216,6 +218,22 @@ def test_a_script_is_a_whole_program_that_returns_its_errors_against_eager(name)
     assert not hasattr(program, "make")
     assert list(inspect.signature(program.run).parameters) == ["device", "dtype"]
     assert "CAPTURE_ORDER_CHECK=1" in program.__doc__ or program.EXPECTED == corpus.SAFE
+
+
+def test_a_scripts_capture_that_raises_is_its_truth_a_capture_error(monkeypatch):
+    # On a GPU a script whose capture PyTorch refuses has that as its truth, named as check_capture
+    # names a failed capture; the capture is played here by torch.cuda.graph's exit seeing the error.
+    def run(device, dtype):  # noqa: ANN001, ANN202
+        block = torch.cuda.graph.__new__(torch.cuda.graph)
+        error = RuntimeError("Attempt to increase offset for a CUDA generator not in capture mode.")
+        block.__exit__(RuntimeError, error, None)
+        raise error
+
+    monkeypatch.setattr(torch.cuda.graph, "__exit__", lambda self, *exc: None)
+    monkeypatch.setattr(corpus, "load", lambda name: type("Script", (), {"run": staticmethod(run)}))
+    truth = runner.script_truth_in_child({"name": "any", "dtype": "float32", "seed": 0}, lambda _: None)
+    assert truth["outcome"] == "capture_error:generator_not_in_capture" and truth["errors"] == []
+    assert "CUDA generator" in truth["message"]
 
 
 def test_an_unknown_program_is_refused_with_the_list():

@@ -24,7 +24,7 @@ def graph_of(name, fixed=False):
 @pytest.mark.parametrize("name, marked", [
     ("host_scalar_frozen", "= scale = scale@3 FROZEN"),
     ("view_sliced_by_host_length", "r kv_cache[:n] 0x7f…00400 3x64 FROZEN"),
-    ("generator_not_registered", "rng model-parallel-rng: its state at capture FROZEN"),
+    ("generator_not_registered", "rng sampler-rng: its state at capture FROZEN"),
     ("weights_rebound_after_sync", "r weight 0x7f…02400 REBOUND"),
     ("logits_kept_without_clone", "w logits 0x7e…00000 OVERWRITTEN"),
     ("op_between_pieces_fresh", "r act 0x7f…00a00 STALE"),

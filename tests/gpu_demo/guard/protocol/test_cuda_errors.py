@@ -17,6 +17,9 @@ from gpu_demo.guard.protocol.cuda_errors import classify_capture_failure, first_
      "capture_error:shape_mismatch"),
     ("CUDA error: an illegal memory access was encountered", "illegal_address"),
     ("something else entirely", "capture_error:RuntimeError"),
+    ("Attempt to increase offset for a CUDA generator not in capture mode.", "capture_error:generator_not_in_capture"),
+    ("CUDAGeneratorImpl::set_philox_offset_per_thread called during CUDA graph capture without a registered "
+     "capture state.", "capture_error:generator_not_in_capture"),
     ("The tensor has a non-zero number of elements, but its data is not allocated yet.\nIf you're using",
      "capture_error:storage_not_allocated"),
     ("both arguments to linear need to be at least 1D, but they are 0D and 2D", "capture_error:shape_mismatch"),
