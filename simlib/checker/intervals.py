@@ -36,6 +36,12 @@ class Intervals(Generic[V]):
             self._longest = max(self._longest, hi - lo)
         self._values[key] = value
 
+    def copy(self) -> "Intervals[V]":
+        """The same ranges and values, in a map of its own (the values are not copied)."""
+        twin: Intervals[V] = Intervals()
+        twin._keys, twin._values, twin._longest = list(self._keys), dict(self._values), self._longest
+        return twin
+
     def get(self, lo: DataPtr, hi: DataPtr) -> V | None:
         return self._values.get((lo, hi))
 

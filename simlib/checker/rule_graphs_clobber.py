@@ -28,12 +28,17 @@ A replay is a state change on fixed addresses (a graph writes the same ranges
 every time), so the work of one is known at the capture: a graph whose writes
 and whose results overlap no other graph's (``_Captured.alone``), once its
 results are in place and while nothing is clobbered, changes nothing by
-replaying, and costs nothing.
+replaying, and costs nothing. And a replay of graph B from a state (the results
+and clobbers, as they are) it was replayed from before leads to the state it
+led to then: a server replays a few graphs in a few orders, so each such step
+is walked once and remembered (``MEMO_KEPT`` of them). A clobber names the
+replay that made it last (``_made_at``), not one kept in the state.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 
 from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
@@ -45,6 +50,7 @@ from .results import Write, graph_writes
 from .rules import GRAPHS_CLOBBER
 
 Access = tuple[Launch, Arg]
+MEMO_KEPT = 4096   # replays remembered: (state, graph) -> the state it led to
 
 
 @dataclass(slots=True)
@@ -58,7 +64,7 @@ class _Clobber:
     victim: GraphId
     result: Access           # the victim's write that the clobber overwrote
     graph: GraphId
-    replay: Replay
+    key: tuple               # (span, victim, clobbering graph, result): the same clobber in any state
     writes: list[Access] = field(default_factory=list)   # the clobbering graph's writes there, first first
 
 
@@ -120,6 +126,14 @@ class GraphsClobber:
         self._reported: set[tuple[GraphId, GraphId]] = set()
         self._live: list[tuple[DataPtr, DataPtr]] = []       # the graphs' live writes
         self._clobbers: list[tuple[DataPtr, DataPtr]] = []   # where a clobber can lie, merged
+        self._made_at: dict[tuple, Replay] = {}   # a clobber's key -> the replay that made it last
+        # The state (``_results``, ``_clobbered``) by number, one pair of maps per state's contents, and
+        # what a replay from a state led to: the state's number, its maps and the clobbers it made.
+        self._state: int | None = 0     # None: changed by an eager write, not known by its contents
+        self._numbers = itertools.count(1)
+        self._owned = True   # no remembered state holds the maps now: they may change in place
+        self._states: dict[tuple, tuple[int, Intervals[_Result], Intervals[_Clobber]]] = {}
+        self._memo: dict[tuple[int, GraphId], tuple[int, Intervals[_Result], Intervals[_Clobber], list[tuple]]] = {}
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """Graph-pool memory the graphs write: where an eager read may read a clobbered result."""
@@ -152,6 +166,7 @@ class GraphsClobber:
         (``_Captured.shared``) and in which graphs are alone. Results lie only where graphs write
         live, clobbers only under a blind write over another graph's live write (``_clobbers``): the
         writes that can touch either are known from the captures alone, and a capture adds to them."""
+        self._memo.clear()   # a replay may walk more now
         graphs, theirs = self._graphs, _merged(self._live)   # every graph captured before is another
         mine = new.live
         spans = [w.span for w in new.writes if w.blind and _in(theirs, w.span)]   # its blind writes on their results
@@ -184,6 +199,15 @@ class GraphsClobber:
         if self._clobbered:
             for node, a in captured.reads:
                 found += self._read(node, a, r.graph, index)
+        key = (self._state, r.graph)
+        remembered = self._memo.get(key)
+        if remembered is not None:   # replayed from this state before: the same state again
+            self._state, self._results, self._clobbered, made = remembered
+            self._owned = False
+            for clobber in made:
+                self._made_at[clobber] = r
+            return found
+        self._own()
         writes, step = captured.writes, self._step
         for i in captured.shared:
             step(writes[i], r)
@@ -192,7 +216,31 @@ class GraphsClobber:
             results.clear(lo, hi)                         # dead intermediates: nobody's result
         for (lo, hi), access in captured.left:
             results.put(lo, hi, _Result(r.graph, access))
+        if len(self._memo) >= MEMO_KEPT:   # a server's states are few: these were not
+            self._memo.clear()
+            self._states.clear()
+        made = [c.key for _, c in self._clobbered.items() if self._made_at.get(c.key) is r]
+        self._known()
+        if key[0] is not None:
+            self._memo[key] = (self._state, self._results, self._clobbered, made)
         return found
+
+    def _own(self) -> None:
+        """Before a change: maps of this rule's own, not a remembered state's."""
+        if not self._owned:
+            self._results, self._clobbered, self._owned = self._results.copy(), self._clobbered.copy(), True
+        self._state = None
+
+    def _known(self) -> None:
+        """The state by its contents: the number and maps of the same contents met before, else new ones."""
+        results, clobbered = self._results, self._clobbered
+        contents = (tuple((k, v.graph, id(v.write[1])) for k, v in results.items()),
+                    tuple((c.key, tuple(id(a) for _, a in c.writes)) for _, c in clobbered.items()))
+        known = self._states.get(contents)
+        if known is None:
+            known = self._states[contents] = (next(self._numbers), results, clobbered)
+        self._state, self._results, self._clobbered = known
+        self._owned = False
 
     def _step(self, w: Write, r: Replay) -> None:
         """One write of graph ``r.graph``'s replay, in record order: what it clobbers, and whose result is there after."""
@@ -200,11 +248,13 @@ class GraphsClobber:
         for key, c in self._clobbered.overlapping(lo, hi) if self._clobbered else ():
             if c.victim == r.graph:
                 self._clobbered.clear(key[0], key[0] + 1)     # the victim wrote its result again
-            elif c.graph == r.graph and c.replay is r:
+            elif c.graph == r.graph and self._made_at.get(c.key) is r:
                 c.writes.append((node, a))                   # the clobbering replay writes there again
         for _, res in self._results.overlapping(lo, hi) if w.blind else ():
             if res.graph != r.graph:
-                self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, r, [(node, a)]))
+                key = (lo, hi, res.graph, r.graph, id(res.write[1]))
+                self._clobbered.put(lo, hi, _Clobber(res.graph, res.write, r.graph, key, [(node, a)]))
+                self._made_at[key] = r
         if w.live:
             self._results.put(lo, hi, _Result(r.graph, (node, a)))
         else:
@@ -218,6 +268,7 @@ class GraphsClobber:
         for a in r.args:
             if a.access == "w" and a.nbytes:
                 for key, _ in self._clobbered.overlapping(a.ptr, a.ptr + a.nbytes):
+                    self._own()
                     self._clobbered.clear(key[0], key[0] + 1)   # overwritten: nobody's result now
         return found
 
@@ -228,7 +279,7 @@ class GraphsClobber:
                     graph != c.victim and not _reads_result(arg, c, index)):
                 continue
             self._reported.add((c.victim, c.graph))
-            found.append(_finding(c, reader, arg, graph))
+            found.append(_finding(c, self._made_at[c.key], reader, arg, graph))
         return found
 
 
@@ -250,7 +301,7 @@ def _reads_result(arg: Arg, c: _Clobber, index: Index) -> bool:
     return span == (mine_arg.ptr, mine_arg.nbytes) and all(span != (a.ptr, a.nbytes) for _, a in c.writes)
 
 
-def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:
+def _finding(c: _Clobber, replay: Replay, reader: Launch, arg: Arg, graph: GraphId | None) -> Finding:
     (a_node, a_arg), (b_node, b_arg) = c.result, c.writes[0]
     if graph is None:
         by = f"the eager launch {reader.label!r} on {reader.stream} at step {reader.step}"
@@ -259,11 +310,11 @@ def _finding(c: _Clobber, reader: Launch, arg: Arg, graph: GraphId | None) -> Fi
     else:
         by = f"graph {graph}'s node {reader.label!r}, on a replay,"
     return GRAPHS_CLOBBER.finding(
-        c.replay.step, a_arg.label, tuple(sorted({a_arg.ptr, b_arg.ptr})),
+        replay.step, a_arg.label, tuple(sorted({a_arg.ptr, b_arg.ptr})),
         f"Graph {c.victim}'s node {a_node.label!r} writes its result {a_arg.label!r} at "
         f"[{hex(a_arg.ptr)}, +{a_arg.nbytes} bytes), and graph {c.graph}'s node {b_node.label!r} writes "
         f"{b_arg.label!r} at [{hex(b_arg.ptr)}, +{b_arg.nbytes} bytes), over it: the replay of graph "
-        f"{c.graph} at step {c.replay.step} (replay #{c.replay.index} on {c.replay.stream}) clobbered graph "
+        f"{c.graph} at step {replay.step} (replay #{replay.index} on {replay.stream}) clobbered graph "
         f"{c.victim}'s result, and {by} read {arg.label!r} at [{hex(arg.ptr)}, +{arg.nbytes} bytes) "
         f"afterwards, before graph {c.victim} wrote it again. It got graph {c.graph}'s bytes.",
         _fix(c, a_arg.label, state=graph == c.victim))

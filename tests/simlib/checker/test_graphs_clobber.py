@@ -213,8 +213,9 @@ def test_a_wrong_read_between_graphs_is_always_reported(rows, weak, shared, step
 def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_write_leaves():
     # ``_replayed`` works out at capture what a replay leaves and walks, in record order, only the writes
     # that touch another graph's result or a clobber, and nothing for a graph that shares nothing once
-    # its results are in place: the same results and clobbers as the walk of every write (``_step``
-    # over all of them), on random graphs laid over one small pool, some of them apart.
+    # its results are in place, and a step it walked before from the same state not again (it is
+    # remembered): the same results and clobbers as the walk of every write (``_step`` over all of
+    # them), on random graphs laid over one small pool, some of them apart.
     import random
 
     from simlib.checker.results import Write
@@ -223,10 +224,10 @@ def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_
 
     def state(rule):
         return (sorted((k, v.graph, v.write[1].tensor) for k, v in rule._results.items()),
-                sorted((k, c.victim, c.graph, c.result[1].tensor, tuple(a.tensor for _, a in c.writes))
-                       for k, c in rule._clobbered.items()))
+                sorted((k, c.victim, c.graph, c.result[1].tensor, tuple(a.tensor for _, a in c.writes),
+                        rule._made_at[c.key].step) for k, c in rule._clobbered.items()))   # and the replay that made it
 
-    clobbers = skipped = 0
+    clobbers = skipped = remembered = 0
     for seed in range(300):
         draw, step, fast, walked = random.Random(seed), 0, GraphsClobber(), GraphsClobber()
         for g in range(draw.randint(2, 4)):
@@ -239,10 +240,11 @@ def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_
                                     draw.random() < 0.5))
             fast._graphs[g], walked._graphs[g] = _Captured(writes, []), _Captured(writes, [])
             fast._neighbours(g, fast._graphs[g])   # each capture adds to what the replays walk
-        for k in range(12):
+        for k in range(40):
             step += 1
             replay = Replay(step, 0.0, draw.randrange(len(fast._graphs)), k, "main")
             skipped += fast._graphs[replay.graph].alone and not fast._clobbered and replay.graph in fast._in_place
+            remembered += (fast._state, replay.graph) in fast._memo
             fast._replayed(replay, None)
             for w in walked._graphs[replay.graph].writes:
                 walked._step(w, replay)
@@ -250,3 +252,4 @@ def test_a_replay_walks_only_the_writes_it_shares_and_leaves_what_walking_every_
             clobbers += bool(fast._clobbered)
     assert clobbers > 500    # the draws clobber often: the walk of the shared writes is exercised
     assert skipped > 300, skipped   # and graphs apart replay often with nothing to do
+    assert remembered > 3000, remembered   # and states come back: remembered steps are taken often
