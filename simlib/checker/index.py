@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..trace import (
     Alloc,
@@ -50,6 +50,8 @@ class Graph:
     generators: tuple[str, ...] = ()     # registered with the graph: its replays advance them
     begin: Capture | None = None
     end: Capture | None = None
+    # What several rules read off the ended capture (``results.graph_writes``), worked out once.
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def failed(self) -> bool:

@@ -17,7 +17,7 @@ from .intervals import Intervals
 
 def graph_reads(g: Graph) -> list[tuple[DataPtr, DataPtr]]:
     """The ranges ``g`` reads before any of its nodes writes them: where its inputs can be."""
-    return [(a.ptr, a.ptr + a.nbytes) for _, a in reads_before_writes(g.nodes)]
+    return [(a.ptr, a.ptr + a.nbytes) for _, a in graph_reads_before_writes(g)]
 
 
 def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
@@ -41,6 +41,17 @@ def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
     for i in bracket:
         out[i] = replace(records[i], inputs=inputs)
     return out
+
+
+def graph_reads_before_writes(g: Graph) -> list[tuple[Launch, Arg]]:
+    """``reads_before_writes`` of ``g``'s nodes, worked out once when its capture has ended (rules 7, 11
+    and 18 all read them)."""
+    if g.end is None:
+        return reads_before_writes(g.nodes)
+    reads = g.derived.get("reads")
+    if reads is None:
+        reads = g.derived["reads"] = reads_before_writes(g.nodes)
+    return reads
 
 
 def reads_before_writes(nodes: list[Launch]) -> list[tuple[Launch, Arg]]:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from ..trace import Arg, Capture, DataPtr, GraphId, Launch, Record, Replay
 from .findings import Finding
 from .index import Graph, Index
-from .inputs import reads_before_writes
+from .inputs import graph_reads_before_writes
 from .intervals import Intervals
 from .results import Write, graph_writes
 from .rules import GRAPHS_CLOBBER
@@ -76,7 +76,6 @@ class _Captured:
 
     writes: list[Write]        # into graph-pool memory, in capture order
     reads: list[Access]        # of graph-pool memory, before the graph writes it
-    by_span: Intervals[list[int]] = field(default_factory=Intervals)   # write span -> indices into ``writes``
     footprint: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)   # the writes' spans, merged
     cleared: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)     # the dead writes' spans, merged
     live: list[tuple[DataPtr, DataPtr]] = field(default_factory=list)        # the live writes' spans, merged
@@ -86,15 +85,12 @@ class _Captured:
 
     def __post_init__(self) -> None:
         final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
-        by_span: dict[tuple[DataPtr, DataPtr], list[int]] = {}
         spans = [w.span for w in self.writes]
-        for i, (w, span) in enumerate(zip(self.writes, spans)):
-            by_span.setdefault(span, []).append(i)
+        for w, span in zip(self.writes, spans):
             if w.live:
                 final.put(*span, (w.node, w.arg))
             else:
                 final.clear(*span)
-        self.by_span = Intervals(by_span.items())
         self.footprint = _merged(spans)
         self.cleared = _merged(span for w, span in zip(self.writes, spans) if not w.live)
         self.live = _merged(span for w, span in zip(self.writes, spans) if w.live)
@@ -158,7 +154,7 @@ class GraphsClobber:
         pool = self._pool
         self._graphs[g.id] = _Captured(
             [w for w in graph_writes(g) if pool.overlapping(*w.span)],
-            [(node, a) for node, a in reads_before_writes(g.nodes) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
+            [(node, a) for node, a in graph_reads_before_writes(g) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
         self._neighbours(g.id, self._graphs[g.id])
 
     def _neighbours(self, gid: GraphId, new: _Captured) -> None:
@@ -172,16 +168,16 @@ class GraphsClobber:
         spans = [w.span for w in new.writes if w.blind and _in(theirs, w.span)]   # its blind writes on their results
         for other, o in graphs.items():                                          # theirs on its results
             if other != gid:
-                spans += [o.writes[i].span for lo, hi in mine for _, found in o.by_span.overlapping(lo, hi)
-                          for i in found if o.writes[i].blind]
+                spans += [w.span for w in o.writes if w.blind and _in(mine, w.span)]
         self._live += mine
         self._clobbers = clobbers = _merged([*self._clobbers, *spans])
         new.shared = [i for i, w in enumerate(new.writes) if _in(theirs, w.span) or _in(clobbers, w.span)]
         new.alone = not new.shared
+        touched = _merged([*mine, *spans])   # where the others' writes now touch a result or a clobber
         for other, o in graphs.items():
             if other == gid:
                 continue
-            grown = {i for lo, hi in (*mine, *spans) for _, found in o.by_span.overlapping(lo, hi) for i in found}
+            grown = {i for i, w in enumerate(o.writes) if _in(touched, w.span)}
             if not grown <= set(o.shared):
                 o.shared = sorted(grown.union(o.shared))
             o.alone = o.alone and not o.shared and not any(_in(new.footprint, span) for span in o.live)

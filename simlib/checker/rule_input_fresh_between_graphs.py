@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..trace import Arg, Capture, DataPtr, Free, GraphId, Launch, Rebind, Record, Replay
 from .findings import Finding
 from .index import Graph, Index
-from .inputs import reads_before_writes
+from .inputs import graph_reads_before_writes
 from .intervals import Intervals
 from .results import graph_writes
 from .rules import INPUT_FRESH_BETWEEN_GRAPHS
@@ -107,7 +107,7 @@ class FreshBetweenGraphs:
     def _captured(self, g: Graph) -> None:
         kept = Intervals((w.span, None) for w in graph_writes(g))     # state the graph updates itself
         tied: list[_Input] = []
-        for node, a in reads_before_writes(g.nodes):
+        for node, a in graph_reads_before_writes(g):
             lo, hi = a.ptr, a.ptr + a.nbytes
             if kept.overlapping(lo, hi) or any(inp.span == (lo, hi) for inp in tied):
                 continue
