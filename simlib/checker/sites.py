@@ -8,6 +8,7 @@ saw before it.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from dataclasses import replace
 from typing import Iterable
@@ -47,11 +48,15 @@ class SiteBook:
     def __init__(self, window: int) -> None:
         self.window = window
         self._in_capture = False
-        self._captured: tuple[list[int], list[str]] = ([], [])
-        self._eager: tuple[list[int], list[str]] = ([], [])
+        # Steps as 8-byte ints, lines as one string each however often they come (a server's
+        # steps come from a few lines): about 16 bytes a record booked.
+        self._captured: tuple[array[int], list[str]] = (array("q"), [])
+        self._eager: tuple[array[int], list[str]] = (array("q"), [])
+        self._lines: dict[str, str] = {}
 
     def add(self, records: Iterable[Record]) -> None:
         """Book the lines of ``records``, fed in order."""
+        lines = self._lines
         for r in records:
             if type(r) is Capture:
                 self._in_capture = r.op == "begin"
@@ -59,7 +64,9 @@ class SiteBook:
             if site:
                 steps, sites = self._captured if self._in_capture else self._eager
                 steps.append(r.step)
-                sites.append(site)
+                sites.append(lines.setdefault(site, site))
+        if len(lines) > self.window:   # a program of very many lines: forget the shared copies
+            lines.clear()
         steps, sites = self._eager
         if len(steps) > 2 * self.window:   # trimmed in halves, so adding stays cheap
             del steps[:-self.window], sites[:-self.window]

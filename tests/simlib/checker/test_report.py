@@ -49,3 +49,21 @@ def test_the_site_book_names_a_captured_line_long_after_eager_lines_were_trimmed
     assert [f.site for f in book.located([finding, free])] == ["model.py:10", "serve.py:19"]
     assert book.site_at(5) == NEAR + "model.py:10" and book.site_at(0) == ""
     assert book.site_at(25) == NEAR + "serve.py:19"
+
+
+def test_the_site_book_keeps_a_servers_lines_in_about_16_bytes_a_record():
+    # A server's served steps come from a few lines, each line a new string every time (the recorder
+    # formats it per record): the book keeps one copy of each, and steps as 8-byte ints.
+    import tracemalloc
+
+    from simlib.checker.sites import SiteBook
+    from simlib.trace import Replay
+
+    book = SiteBook(window=100_000)
+    book.add([Replay(0, 0.0, 0, 0, "main", site="serve.py:1")])
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    book.add([Replay(step, 0.0, 0, step, "main", site=f"serve.py:{step % 3 + 1}") for step in range(1, 50_001)])
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown / 50_000 < 24, grown
