@@ -224,17 +224,17 @@ def test_the_benchmarks_page_quotes_the_committed_cpp_observer_run():
 
 
 def test_the_benchmarks_page_quotes_the_committed_start_up_overhead_of_the_whole_process_check():
-    """The figure and the verdict on 3x docs/benchmarks.md gives the whole-process check's start-up are the
+    """The figure and the verdict on 2x docs/benchmarks.md gives the whole-process check's start-up are the
     committed run's: the median of its per-repeat ratios, its medians of each side."""
     import statistics
 
     results = load("process-startup-overhead")
     provenance = results["provenance"]
-    assert set(provenance) == PROVENANCE and "H200" in provenance["gpu"]
+    assert set(provenance) - {"source"} == PROVENANCE and "H200" in provenance["gpu"]   # source: the code's digest
     assert provenance["command"].startswith("python benchmarks/process_startup_overhead.py")
     ratios = [c / u for u, c in zip(results["unchecked_s"], results["checked_s"])]
     assert results["ratios"] == pytest.approx(ratios) and results["ratio"] == pytest.approx(statistics.median(ratios))
-    assert results["within_target"] == (results["ratio"] < results["target"] == 3.0)
+    assert results["target"] == 2.0 and results["within_target"] == (results["ratio"] < results["target"])
     assert results["findings"] == 0 and results["checks"] == len(results["sizes"]) == 8
     readme = " ".join((RESULTS.parents[2] / "docs" / "benchmarks.md").read_text().split())
     verdict = "**within the target**" if results["within_target"] else "**over the target**"
