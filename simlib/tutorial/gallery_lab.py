@@ -164,7 +164,7 @@ _FAMILY_HINTS = {
     "host_counter_in_capture": "host_counter_in_capture: the count is a Python int the captured update "
                                "advances. Who advances it after the capture?",
     "generator_not_registered": "generator_not_registered: a graph advances some generators on every replay. "
-                                "Is the tracker's one of them?",
+                                "Is the sampler's one of them?",
     "drafter_shared_pool": "drafter_shared_pool: the target's logits and the draft's lie in one pool. Whose "
                            "replay writes that memory between the target's replay and the verification?",
     "op_between_pieces_fresh": "op_between_pieces_fresh: the op between the two pieces returns a new tensor "
