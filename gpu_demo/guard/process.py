@@ -167,9 +167,8 @@ class CaptureChecker:
         self.serving = self.serving or self.whole_process
         if self.serving:
             self.checker.forget_eager()
-        self._watch()
-        if self.serving:
             self.recorder.aside.replayed(graph, lambda: self.checker.results_of(graph))
+        self._watch()
 
     @_timed
     def check_records(self) -> None:

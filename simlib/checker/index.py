@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from ..trace import (
     Alloc,
@@ -50,8 +50,17 @@ class Graph:
     generators: tuple[str, ...] = ()     # registered with the graph: its replays advance them
     begin: Capture | None = None
     end: Capture | None = None
-    # What several rules read off the ended capture (``results.graph_writes``), worked out once.
+    # What several rules read off the ended capture (``once``: its writes, its reads before writes).
     derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, kept in ``derived`` once the capture has ended (its nodes are final then)."""
+        if self.end is None:
+            return make()
+        value = self.derived.get(key)
+        if value is None:
+            value = self.derived[key] = make()
+        return value
 
     @property
     def failed(self) -> bool:

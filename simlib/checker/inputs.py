@@ -46,12 +46,7 @@ def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
 def graph_reads_before_writes(g: Graph) -> list[tuple[Launch, Arg]]:
     """``reads_before_writes`` of ``g``'s nodes, worked out once when its capture has ended (rules 7, 11
     and 18 all read them)."""
-    if g.end is None:
-        return reads_before_writes(g.nodes)
-    reads = g.derived.get("reads")
-    if reads is None:
-        reads = g.derived["reads"] = reads_before_writes(g.nodes)
-    return reads
+    return g.once("reads", lambda: reads_before_writes(g.nodes))
 
 
 def reads_before_writes(nodes: list[Launch]) -> list[tuple[Launch, Arg]]:

@@ -41,12 +41,7 @@ class Write:
 def graph_writes(g: Graph) -> list[Write]:
     """Every write of ``g``'s nodes (of at least one byte), in capture order (worked out once, when
     the capture has ended: rules 11, 13 and 18 all read them)."""
-    if g.end is None:
-        return _writes(g)
-    writes = g.derived.get("writes")
-    if writes is None:
-        writes = g.derived["writes"] = _writes(g)
-    return writes
+    return g.once("writes", lambda: _writes(g))
 
 
 def _writes(g: Graph) -> list[Write]:

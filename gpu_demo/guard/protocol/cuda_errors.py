@@ -59,11 +59,13 @@ def cuda_error_name(message: str) -> str | None:
     found = _ENUM_IN_MESSAGE.search(message)
     if found:
         return found.group(1)
+    return _named_by(CUDA_ERROR_TEXTS, message)
+
+
+def _named_by(texts: dict[str, str], message: str) -> str | None:
+    """The name of the first of ``texts`` (lower case) that ``message`` contains, if any."""
     lowered = message.lower()
-    for text, name in CUDA_ERROR_TEXTS.items():
-        if text in lowered:
-            return name
-    return None
+    return next((name for text, name in texts.items() if text in lowered), None)
 
 
 def is_illegal_address(exc: BaseException) -> bool:
@@ -81,8 +83,7 @@ def classify_capture_failure(exc: BaseException) -> str:
     name = cuda_error_name(message)
     if name == "cudaErrorIllegalAddress":
         return ILLEGAL_ADDRESS
-    lowered = message.lower()
-    name = name or next((named for text, named in TORCH_CAPTURE_TEXTS.items() if text in lowered), None)
+    name = name or _named_by(TORCH_CAPTURE_TEXTS, message)
     return capture_error(name or type(exc).__name__)
 
 

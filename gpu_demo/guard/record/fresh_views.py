@@ -31,7 +31,7 @@ from gpu_demo.guard.record.memory_watch import Ranges
 
 Geometry = tuple[int, tuple[int, ...]]
 _is_view, _ptr, _shape = torch._C.TensorBase._is_view, tensor_reads.data_ptr, tensor_reads.shape
-# References to a taken view while ``settle`` looks at it: its pair, the loop's name, getrefcount's argument.
+# References to a taken view while ``settle`` looks at it: its pair in the list, the loop's name, getrefcount's argument.
 _OURS = 3
 HELD_SWEEP = 4096   # geometries of held views kept before the dead ones' are dropped
 
@@ -86,9 +86,8 @@ class FreshViews:
         if not self._views:
             return
         views, self._views = self._views, []
-        held, record = self._held, self._record
-        for pair in views:
-            view, base = pair
+        held = self._held
+        for view, base in views:
             if sys.getrefcount(view) > _OURS:   # the program holds it: a later read may be of an old epoch
                 self.record(base, view)
             else:
@@ -96,7 +95,6 @@ class FreshViews:
                 ref = held.get(geometry)
                 if ref is not None:
                     if ref() is not None:   # an earlier one of this geometry is held: this epoch's counts
-                        record(base, view)
+                        self._record(base, view)
                     else:
                         del held[geometry]
-            del view, base, pair
