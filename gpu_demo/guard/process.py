@@ -28,7 +28,10 @@ recorder stands aside: it records only what touches memory a rule follows (a gra
 live results, what a graph not yet replayed reads, the blocks graphs use) and
 every capture, so a served step costs about what it costs unchecked, however
 long the server runs. A capture made after that is checked without its warm-up
-(rules 7 to 9 compare the two). ``torch.cuda.make_graphed_callables`` captures
+(rules 7 to 9 compare the two). A start-up that captures in a loop makes it stand
+aside sooner: once a capture repeats the one before it (``_repeats``), the loop's
+later warm-ups are not recorded (the first two were compared with their captures),
+its captures are, and so are the frees of the blocks graphs use. ``torch.cuda.make_graphed_callables`` captures
 through ``torch.cuda.graph`` with a shared pool, so both forms check it
 unchanged. One capture at a time.
 """
@@ -115,9 +118,11 @@ class CaptureChecker:
     check_s: float = 0.0   # seconds spent checking so far (what the recording costs besides, it does not know)
     captures: int = 0      # captures begun so far
     serving: bool = False  # the recorder stands aside (whole process, once the program serves)
+    looping: bool = False  # it stands aside between captures (whole process, in a capture loop: ``_repeats``)
     checker: IncrementalChecker = field(init=False)
     _fed: int = 0          # records of ``recorder.trace`` fed so far
-    _watched: int = -1     # the checker's ``watch_changes`` the recorder's watch was last given
+    _watched: tuple[int, bool] = (-1, False)   # the checker's ``watch_changes`` and ``serving`` the watch was given
+    _last_capture: tuple[Any, ...] | None = None   # what the last capture did (``_repeats``)
     _reported: set[tuple[Any, ...]] = field(default_factory=set)
     _sites: SiteBook = field(init=False)   # the user's lines of records fed and dropped
 
@@ -153,6 +158,8 @@ class CaptureChecker:
         error = end.error if end is not None else None
         failed = f"capture failed: {error}\n" if error else ""
         self._report(graph, found, f"capture of graph {graph}", failed, error, always=True)
+        if self.whole_process and self._repeats(graph):
+            self.looping = True
         self._watch()
 
     @_timed
@@ -182,11 +189,27 @@ class CaptureChecker:
         found = self._feed() + self._located(self.checker.finish())
         self._report(None, found, what, "", None)
 
+    def _repeats(self, graph: int) -> bool:
+        """Did ``graph``'s capture repeat the one before it: the same line captured the same kernels,
+        issued from the same lines (a start-up capturing one graph per batch size)? Then the program
+        captures in a loop, and the warm-ups of the loop's later captures would tell the checks
+        nothing the first two did not (rules 7 to 9, 15 and 18 compared those with their captures)."""
+        g = self.checker.index.graph(graph)
+        did = None if g.failed or g.begin is None else (g.begin.site, [(n.site, n.kernel) for n in g.nodes])
+        repeated = did is not None and did == self._last_capture
+        self._last_capture = did
+        return repeated
+
     def _watch(self) -> None:
-        """Serving: tell the recorder what to watch whenever the checker's answer changed."""
-        if self.serving and self._watched != self.checker.watch_changes:
-            self._watched = self.checker.watch_changes
-            self.recorder.stand_aside(self.checker.watched_reads(), self.checker.watched_frees(),
+        """Standing aside: tell the recorder what to watch whenever the checker's answer changed.
+        Between a loop's captures, before any replay, no eager read or write is watched: no graph
+        holds a result yet (rules 11 and 13), and what the warm-ups write names no input (rule 7
+        names them by the writes between a graph's capture and its first replay, once it serves)."""
+        state = (self.checker.watch_changes, self.serving)
+        if (self.serving or self.looping) and self._watched != state:
+            self._watched = state
+            self.recorder.stand_aside(self.checker.watched_reads() if self.serving else [],
+                                      self.checker.watched_frees(),
                                       copies_recorded=self.checker.ties_writers(CLONE_KERNEL))
 
     def _feed(self) -> list[Finding]:

@@ -69,10 +69,12 @@ class FreedUnderGraph:
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """The address ranges a free of which a later replay would make a finding: what graphs use,
-        but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by)."""
+        but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by) and
+        ranges whose every user has a free waiting or reported already (one finding says it)."""
         pool = self._pool_blocks
-        return [(lo, hi) for (lo, hi), _ in self._users.items()
-                if not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi))]
+        return [(lo, hi) for (lo, hi), users in self._users.items()
+                if any(self._new(lived, user) for lived, user in users)
+                and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi))]
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""

@@ -107,15 +107,17 @@ class FreshBetweenGraphs:
     def _captured(self, g: Graph) -> None:
         kept = Intervals((w.span, None) for w in graph_writes(g))     # state the graph updates itself
         tied: list[_Input] = []
+        spans: set[tuple[DataPtr, DataPtr]] = set()   # ``tied``'s: a range read twice is one input
         for node, a in graph_reads_before_writes(g):
             lo, hi = a.ptr, a.ptr + a.nbytes
-            if kept.overlapping(lo, hi) or any(inp.span == (lo, hi) for inp in tied):
+            if (lo, hi) in spans or kept.overlapping(lo, hi):
                 continue
             writers = [w for _, w in self._writers.overlapping(lo, hi)]
             if writers:
                 writer = max(writers, key=lambda w: w.step)
                 wrote = next(b for b in writer.args if b.writes and b.nbytes and b.ptr < hi and lo < b.ptr + b.nbytes)
                 tied.append(_Input(g.id, node, a, writer, wrote.nbytes))
+                spans.add((lo, hi))
         self._of_graph[g.id] = tied
         for inp in tied:
             self._by_writer.setdefault((inp.writer.site, inp.writer.kernel), []).append(inp)

@@ -6,7 +6,7 @@ the host issued it, into one ``journal``, with its bookkeeping in parts: ``handl
 (tensor objects and their names), ``ledger`` (memory blocks and their pools),
 ``capture_book`` (graphs, pools, replays), ``stream_order`` (streams, events,
 what a launch depends on), ``mutations`` (host-side changes, shape reads). Once a
-program serves, it stands aside (``aside``): ``memory_watch`` records only the
+program serves, or captures in a loop, it stands aside (``aside``): ``memory_watch`` records only the
 calls that touch memory a rule follows, ``free_watch`` sees the frees of the
 blocks graphs use through their storages, and ``report_gate`` switches torch's
 GPU-trace reports off meanwhile.

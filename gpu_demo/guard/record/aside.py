@@ -1,14 +1,18 @@
 """The recorder standing aside once a program serves: what it still records, and how.
 
-From a whole-process check's first replay on, most eager work can matter to no
-rule (``gpu_demo.guard.process``). Standing aside, the recorder leaves the
+From a whole-process check's first replay on, or between the captures of a
+start-up's capture loop, most eager work can matter to no rule
+(``gpu_demo.guard.process``). Standing aside, the recorder leaves the
 dispatch stack and keeps three watches instead:
 
 * ``memory_watch``: a torch-function mode that hands on, to be recorded op by op
   with the recorder back on the dispatch stack (``record_call``), only the calls
   whose tensors lie on memory a rule follows (a graph's live result, what a
   graph not yet replayed reads); a view of what the last replay wrote and its
-  copy-out are recorded late, or not at all (``fresh_views``);
+  copy-out are recorded late, or not at all (``fresh_views``). It is on the
+  torch-function stack only while it watches some memory: every call a program
+  makes through a mode costs a Python frame (more for ``torch.nn.functional``'s
+  Python-level functions), and between a start-up's captures nothing is watched;
 * ``free_watch``: the frees of the blocks graphs use outside their pools, through
   their storages' deaths;
 * ``report_gate``: where the free watch covers every such block, torch's GPU-trace
@@ -51,6 +55,7 @@ class StandingAside:
 
     def __init__(self, recorder: "CaptureRecorder") -> None:
         self.memory_watch: MemoryWatch | None = None   # the calls still recorded
+        self._installed = False   # the memory watch is on the torch-function stack (it watches some memory)
         self.quiet = False   # every watched free is followed by its storage: no runtime report needed
         self._frees = FreeWatch(recorder.ledger.on_freed)
         self._recorder = weakref.ref(recorder)   # the recorder owns its parts: no reference cycle
@@ -68,7 +73,6 @@ class StandingAside:
         recorder, journal, frees = self._recorder(), self._journal, list(frees)
         if self.memory_watch is None:
             self.memory_watch = MemoryWatch(self.record_call)
-            install_at_bottom(self.memory_watch)
             collector.release()   # the program's own garbage collection again
             journal.aside = True
             journal.settle = self.fresh.settle
@@ -77,6 +81,9 @@ class StandingAside:
                 recorder.book.leave_dispatch(entered_eagerly=True)
                 recorder.ledger.route()
         self.memory_watch.ranges = Ranges(reads)
+        if bool(self.memory_watch.ranges) != self._installed:
+            (install_at_bottom if not self._installed else uninstall)(self.memory_watch)
+            self._installed = not self._installed
         self.copies_recorded = copies_recorded
         recorder.ledger.watched_frees = Ranges(frees)
         with journal.quiet():   # its storage reads are the recorder's, not the program's calls
@@ -139,5 +146,6 @@ class StandingAside:
         self.fresh.settle()
         self._frees.stop()
         self.quiet = False
-        if self.memory_watch is not None:
+        if self._installed:
             uninstall(self.memory_watch)
+            self._installed = False

@@ -41,8 +41,8 @@ class FreeWatch:
         followed yet); whether every span lies on one (``covers``)."""
         spans = list(spans)
         wanted = Ranges(spans)
-        for ptr in [p for p, (_, nbytes) in self._refs.items() if not wanted.touches(p, nbytes)]:
-            del self._refs[ptr]   # no longer watched
+        for ptr in [p for p, (ref, nbytes) in self._refs.items() if ref is None or not wanted.touches(p, nbytes)]:
+            del self._refs[ptr]   # no longer watched, or freed: a block there now is another storage
         self._ptrs = sorted(self._refs)
         missing = [span for span in spans if not self._covered(span)]
         if missing:
