@@ -66,15 +66,22 @@ class FreedUnderGraph:
         self._reported: set[tuple[GraphId, int, str]] = set()   # (graph, node, argument): once each
         self._rebound: Intervals[set[GraphId]] = Intervals()   # a rebound tensor's block -> graphs rule 14 follows
         self._capturing = False
+        self._again: dict[DataPtr, list[_Waiting]] = {}   # freed block -> its waiting frees no allocation reused yet
+        self._verdicts: dict[tuple[DataPtr, DataPtr], bool] = {}   # each range of ``_users``: is it watched?
+        self._dirty: list[tuple[DataPtr, DataPtr]] = []   # where a verdict may have changed since ``watched``
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """The address ranges a free of which a later replay would make a finding: what graphs use,
         but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by) and
-        ranges whose every user has a free waiting or reported already (one finding says it)."""
-        pool = self._pool_blocks
-        return [(lo, hi) for (lo, hi), users in self._users.items()
-                if any(self._new(lived, user) for lived, user in users)
-                and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi))]
+        ranges whose every user has a free waiting or reported already (one finding says it).
+        Asked at every capture's end: only the ranges something touched since are looked at again."""
+        pool, verdicts = self._pool_blocks, self._verdicts
+        for span in self._dirty:
+            for (lo, hi), users in self._users.overlapping(*span):
+                verdicts[lo, hi] = (any(self._new(lived, user) for lived, user in users)
+                                    and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi)))
+        self._dirty.clear()
+        return [span for span, watched in verdicts.items() if watched]
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""
@@ -85,16 +92,17 @@ class FreedUnderGraph:
             if r.old_nbytes and (r.old_ptr, r.old_nbytes) != (r.new_ptr, r.new_nbytes):
                 self._rebound.put(r.old_ptr, r.old_ptr + r.old_nbytes, set(self._lived))
         elif kind is Alloc:
-            self._rebound.clear(r.ptr, r.ptr + max(r.nbytes, 1))
+            span = (r.ptr, r.ptr + max(r.nbytes, 1))
+            self._rebound.clear(*span)
             self._from_capture[r.ptr] = self._capturing
             if self._capturing:
-                self._pool_blocks.put(r.ptr, r.ptr + max(r.nbytes, 1), None)
-            else:
+                self._pool_blocks.put(*span, None)
+                self._dirty.append(span)
+            elif self._pool_blocks.overlapping(r.ptr, r.ptr + 1):
                 self._pool_blocks.clear(r.ptr, r.ptr + 1)   # the block is eager memory now
-            for lived in self._lived.values():
-                for w in lived.waiting:
-                    if w.again is None and w.free.ptr == r.ptr:
-                        w.again = r
+                self._dirty.append(span)
+            for w in self._again.pop(r.ptr, ()):
+                w.again = r
         elif kind is Replay:
             return self._replayed(r)
         elif kind is Capture:
@@ -114,7 +122,7 @@ class FreedUnderGraph:
             for lived, user in users:
                 gid = lived.graph.id
                 if gid not in seen and free.pool != lived.pool and self._new(lived, user):
-                    lived.waiting.append(_Waiting(free, user, during=False))
+                    self._wait(lived, _Waiting(free, user, during=False))
                 seen.add(gid)
         return []
 
@@ -135,6 +143,7 @@ class FreedUnderGraph:
         found = []
         for lived in self._lived.values():
             found += [_finding(lived.graph, w, None) for w in lived.waiting if w.during]
+            self._dirty += [(w.user[1].ptr, w.user[1].ptr + w.user[1].nbytes) for w in lived.waiting]
             lived.waiting.clear()
         return found
 
@@ -152,6 +161,7 @@ class FreedUnderGraph:
                                                       for node in g.nodes for a in node.args if a.nbytes))
         self._lived[g.id] = lived
         for (lo, hi), user in lived.used.items():
+            self._dirty.append((lo, hi))
             users = self._users.get(lo, hi)
             if users is None:
                 self._users.put(lo, hi, [(lived, user)])
@@ -161,8 +171,17 @@ class FreedUnderGraph:
             users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
             if users and free.pool != lived.pool and self._new(lived, users[0][1]):
                 again = next((a for a in g.allocs if a.step > free.step and a.ptr == free.ptr), None)
-                lived.waiting.append(_Waiting(free, users[0][1], True, again))
+                self._wait(lived, _Waiting(free, users[0][1], True, again))
         return []
+
+    def _wait(self, lived: _Lived, waiting: _Waiting) -> None:
+        """``waiting`` waits for ``lived``'s next replay: its user's range may no longer be watched,
+        and the next allocation of its block is who the allocator handed it to."""
+        lived.waiting.append(waiting)
+        arg = waiting.user[1]
+        self._dirty.append((arg.ptr, arg.ptr + arg.nbytes))
+        if waiting.again is None:
+            self._again.setdefault(waiting.free.ptr, []).append(waiting)
 
 
 def _key(g: Graph, user: User) -> tuple[GraphId, int, str]:

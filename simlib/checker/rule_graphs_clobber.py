@@ -82,10 +82,16 @@ class _Captured:
     left: list[tuple[tuple[DataPtr, DataPtr], Access]] = field(default_factory=list)   # results a replay leaves
     shared: list[int] = field(default_factory=list)   # the writes a replay walks (``GraphsClobber._neighbours``)
     alone: bool = False   # it walks none, and no other graph writes where it writes live
+    _order: list[int] = field(default_factory=list)    # the writes by address (``touching``)
+    _lows: list[DataPtr] = field(default_factory=list)
+    _widest: int = 0
 
     def __post_init__(self) -> None:
         final: Intervals[Access] = Intervals()   # a replay's writes in order, on an empty map
         spans = [w.span for w in self.writes]
+        self._order = sorted(range(len(spans)), key=spans.__getitem__)
+        self._lows = [spans[i][0] for i in self._order]
+        self._widest = max((hi - lo for lo, hi in spans), default=0)
         for w, span in zip(self.writes, spans):
             if w.live:
                 final.put(*span, (w.node, w.arg))
@@ -95,6 +101,19 @@ class _Captured:
         self.cleared = _merged(span for w, span in zip(self.writes, spans) if not w.live)
         self.live = _merged(span for w, span in zip(self.writes, spans) if w.live)
         self.left = list(final.items())
+
+    def touching(self, spans: list[tuple[DataPtr, DataPtr]]) -> set[int]:
+        """The writes (by index) that overlap one of ``spans``, found by address: a capture asks this
+        of every graph before it, so the cost is what overlaps, not every graph's every write."""
+        found, writes, lows, order = set(), self.writes, self._lows, self._order
+        for lo, hi in spans:
+            if not _in(self.footprint, (lo, hi)):
+                continue
+            for k in range(bisect.bisect_right(lows, lo - self._widest), bisect.bisect_left(lows, hi)):
+                a = writes[order[k]].arg
+                if a.ptr + a.nbytes > lo:
+                    found.add(order[k])
+        return found
 
 
 def _merged(spans) -> list[tuple[DataPtr, DataPtr]]:
@@ -120,7 +139,7 @@ class GraphsClobber:
         self._results: Intervals[_Result] = Intervals()
         self._clobbered: Intervals[_Clobber] = Intervals()
         self._reported: set[tuple[GraphId, GraphId]] = set()
-        self._live: list[tuple[DataPtr, DataPtr]] = []       # the graphs' live writes
+        self._live: list[tuple[DataPtr, DataPtr]] = []       # the graphs' live writes, merged
         self._clobbers: list[tuple[DataPtr, DataPtr]] = []   # where a clobber can lie, merged
         self._made_at: dict[tuple, Replay] = {}   # a clobber's key -> the replay that made it last
         # The state (``_results``, ``_clobbered``) by number, one pair of maps per state's contents, and
@@ -163,22 +182,19 @@ class GraphsClobber:
         live, clobbers only under a blind write over another graph's live write (``_clobbers``): the
         writes that can touch either are known from the captures alone, and a capture adds to them."""
         self._memo.clear()   # a replay may walk more now
-        graphs, theirs = self._graphs, _merged(self._live)   # every graph captured before is another
-        mine = new.live
+        theirs, mine = self._live, new.live   # every graph captured before is another
+        others = [o for other, o in self._graphs.items() if other != gid]
         spans = [w.span for w in new.writes if w.blind and _in(theirs, w.span)]   # its blind writes on their results
-        for other, o in graphs.items():                                          # theirs on its results
-            if other != gid:
-                spans += [w.span for w in o.writes if w.blind and _in(mine, w.span)]
-        self._live += mine
+        for o in others:                                                         # theirs on its results
+            spans += [o.writes[i].span for i in o.touching(mine) if o.writes[i].blind]
+        self._live = _merged([*theirs, *mine])
         self._clobbers = clobbers = _merged([*self._clobbers, *spans])
         new.shared = [i for i, w in enumerate(new.writes) if _in(theirs, w.span) or _in(clobbers, w.span)]
         new.alone = not new.shared
         touched = _merged([*mine, *spans])   # where the others' writes now touch a result or a clobber
-        for other, o in graphs.items():
-            if other == gid:
-                continue
-            grown = {i for i, w in enumerate(o.writes) if _in(touched, w.span)}
-            if not grown <= set(o.shared):
+        for o in others:
+            grown = o.touching(touched)
+            if grown and not grown.issubset(o.shared):
                 o.shared = sorted(grown.union(o.shared))
             o.alone = o.alone and not o.shared and not any(_in(new.footprint, span) for span in o.live)
             new.alone = new.alone and not any(_in(o.footprint, span) for span in mine)

@@ -90,3 +90,20 @@ def test_what_a_graph_reads_is_watched_until_its_first_replay_even_where_it_read
     assert (4096, 5120) in checker.watched_reads()
     checker.feed([Replay(next(steps), 0.0, 0, 0, "main")])
     assert (4096, 5120) not in checker.watched_reads()
+
+
+@pytest.mark.parametrize("name, trace", TRACES, ids=[name for name, _ in TRACES])
+def test_the_frees_watched_are_what_every_range_would_say_when_looked_at_afresh(name, trace):
+    # Rule 10 looks again only at the ranges something touched since it was last asked (a capture,
+    # a free waiting, a graph-pool block handed out or back): the same answer as every range afresh.
+    checker = IncrementalChecker(whole_program=True)
+    rule, asked = checker._freed, 0
+    for r in trace.records:
+        checker.feed([r])
+        afresh = {(lo, hi) for (lo, hi), users in rule._users.items()
+                  if any(rule._new(lived, user) for lived, user in users)
+                  and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in rule._pool_blocks.overlapping(lo, hi))}
+        watched = rule.watched()
+        assert len(watched) == len(set(watched)) and set(watched) == afresh, (name, r.step)
+        asked += bool(afresh)
+    assert asked or not rule._users   # where graphs use memory outside their pools, some was watched
