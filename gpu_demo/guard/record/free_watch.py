@@ -27,7 +27,10 @@ Span = tuple[int, int]
 
 
 class FreeWatch:
-    """Calls ``on_freed(block address)`` when a storage under the watched spans dies."""
+    """Calls ``on_freed(block address)`` when a storage under the watched spans dies.
+
+    Asked again at every capture's end, it looks only at what changed since: new spans, spans
+    no storage covered, and spans whose storage died or stopped being followed."""
 
     def __init__(self, on_freed: Callable[[int], object]) -> None:
         self.covers = False   # every span of the last ``watch`` lies on a storage followed
@@ -35,16 +38,31 @@ class FreeWatch:
         self._on_freed = on_freed
         self._refs: dict[int, tuple[weakref.ref | None, int]] = {}   # block -> (its storage, None once freed; bytes)
         self._ptrs: list[int] = []   # ``_refs``' keys, sorted
+        self._spans: set[Span] = set()   # the last ``watch``'s spans
+        self._cover: dict[Span, int] = {}   # each covered span -> the block that covers it
+        self._dead: list[int] = []   # blocks freed since the last ``watch``
 
     def watch(self, spans: Iterable[Span], tensors: Callable[[], Iterable[torch.Tensor]]) -> bool:
         """Follow the storages under ``spans``, found among ``tensors()`` (asked only for spans not
         followed yet); whether every span lies on one (``covers``)."""
         spans = list(spans)
-        wanted = Ranges(spans)
-        for ptr in [p for p, (ref, nbytes) in self._refs.items() if ref is None or not wanted.touches(p, nbytes)]:
-            del self._refs[ptr]   # no longer watched, or freed: a block there now is another storage
-        self._ptrs = sorted(self._refs)
-        missing = [span for span in spans if not self._covered(span)]
+        now = set(spans)
+        if self._spans - now:   # some no longer watched: the storages only they lie on go too
+            wanted = Ranges(spans)
+            dropped = [p for p, (ref, nbytes) in self._refs.items() if ref is None or not wanted.touches(p, nbytes)]
+        else:
+            dropped = [p for p in self._dead if p in self._refs and self._refs[p][0] is None]
+        self._dead = []
+        for ptr in dropped:
+            del self._refs[ptr]   # a block there now is another storage
+        if dropped:
+            self._ptrs = sorted(self._refs)
+        refs, cover = self._refs, self._cover
+        again = [span for span in now if cover.get(span) not in refs]   # new, uncovered, or their block went
+        for span in list(cover):
+            if span not in now or cover[span] not in refs:
+                del cover[span]
+        missing = [span for span in again if not self._covers(span)]
         if missing:
             lost = Ranges(missing)
             for t in tensors():
@@ -53,10 +71,11 @@ class FreeWatch:
                     ptr, nbytes = storage.data_ptr(), storage.nbytes()
                 except (RuntimeError, NotImplementedError):   # no storage (a tracing tensor)
                     continue
-                if ptr and ptr not in self._refs and lost.touches(ptr, nbytes):
-                    self._refs[ptr] = (weakref.ref(storage, functools.partial(self._died, ptr)), nbytes)
-        self._ptrs = sorted(self._refs)
-        self.uncovered = [span for span in missing if not self._covered(span)]
+                if ptr and ptr not in refs and lost.touches(ptr, nbytes):
+                    refs[ptr] = (weakref.ref(storage, functools.partial(self._died, ptr)), nbytes)
+            self._ptrs = sorted(refs)
+        self.uncovered = [span for span in missing if not self._covers(span)]
+        self._spans = now
         self.covers = not self.uncovered
         return self.covers
 
@@ -64,16 +83,22 @@ class FreeWatch:
         """Follow nothing (the recording ended): no callback fires from now on."""
         self._refs.clear()
         self._ptrs = []
+        self._spans, self._cover, self._dead = set(), {}, []
         self.covers = False
         self.uncovered = []
 
-    def _covered(self, span: Span) -> bool:
+    def _covers(self, span: Span) -> bool:
+        """Does a followed block hold all of ``span`` (noted in ``_cover``)?"""
         lo, hi = span
         i = bisect.bisect_right(self._ptrs, lo) - 1
-        return i >= 0 and self._ptrs[i] + self._refs[self._ptrs[i]][1] >= hi
+        if i >= 0 and self._ptrs[i] + self._refs[self._ptrs[i]][1] >= hi:
+            self._cover[span] = self._ptrs[i]
+            return True
+        return False
 
     def _died(self, ptr: int, ref: weakref.ref) -> None:
         kept = self._refs.get(ptr)
         if kept is not None and kept[0] is ref:
             self._refs[ptr] = (None, kept[1])
+            self._dead.append(ptr)
             self._on_freed(ptr)

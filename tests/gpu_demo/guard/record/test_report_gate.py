@@ -77,6 +77,41 @@ def test_a_span_on_no_live_storage_is_not_covered_and_a_stopped_watch_tells_noth
     assert freed == [] and not watch.covers
 
 
+def test_a_watch_asked_again_says_what_a_fresh_watch_would_and_is_told_each_free():
+    # Asked at every capture's end, the watch looks again only at new spans, uncovered ones and those
+    # whose storage died or went: the same answer as a fresh watch of the same spans, on random
+    # storages born, watched, unwatched and freed; and a watched storage's death is told.
+    import random
+
+    told = 0
+    for seed in range(30):
+        draw, freed, ignored = random.Random(seed), [], []
+        watch, held = FreeWatch(freed.append), []
+        for _ in range(20):
+            if draw.random() < 0.6:
+                held.append(torch.randn(draw.choice([4, 16, 64])))
+            spans = [span(t) for t in held if draw.random() < 0.7]
+            if held and draw.random() < 0.3:
+                spans.append((held[0].data_ptr() + 1, held[0].data_ptr() + 2))   # a span inside a block
+            if draw.random() < 0.2:
+                spans.append((8, 16))   # on no storage
+            fresh = FreeWatch(ignored.append)
+            covers = watch.watch(spans, lambda: iter(list(held)))
+            assert covers == fresh.watch(spans, lambda: iter(list(held))), seed
+            assert sorted(watch.uncovered) == sorted(fresh.uncovered), seed
+            fresh.stop()
+            if held and draw.random() < 0.4:
+                t = held.pop(draw.randrange(len(held)))
+                ptr, end = span(t)
+                watched = any(ptr <= lo < end for lo, _ in spans)
+                del t   # its storage dies now (no cycle holds it)
+                assert (ptr in freed) == watched, seed
+                told += watched
+                freed.clear()
+        watch.stop()
+    assert told > 30   # the draws free watched storages often
+
+
 def test_reports_go_off_while_nobody_needs_them_and_come_on_when_a_callback_is_registered(monkeypatch):
     flag = SimpleNamespace(value=True)
     monkeypatch.setattr(report_gate, "GATE", ReportGate(flag))
