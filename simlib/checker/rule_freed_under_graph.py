@@ -48,6 +48,7 @@ class _Lived:
     pool: str
     used: Intervals[User]
     waiting: list[_Waiting] = field(default_factory=list)
+    waiting_keys: set[tuple[GraphId, int, str]] = field(default_factory=set)   # their users' ``_key``s
 
 
 class FreedUnderGraph:
@@ -135,6 +136,7 @@ class FreedUnderGraph:
             self._reported.add(_key(lived.graph, w.user))
             found.append(_finding(lived.graph, w, replay))
         lived.waiting.clear()
+        lived.waiting_keys.clear()
         return found
 
     def finish(self) -> list[Finding]:
@@ -145,13 +147,14 @@ class FreedUnderGraph:
             found += [_finding(lived.graph, w, None) for w in lived.waiting if w.during]
             self._dirty += [(w.user[1].ptr, w.user[1].ptr + w.user[1].nbytes) for w in lived.waiting]
             lived.waiting.clear()
+            lived.waiting_keys.clear()
         return found
 
     def _new(self, lived: "_Lived", user: User) -> bool:
         """Nothing reported or waiting yet about this node's argument: a block rebound every step
         frees many blocks under the same argument, one finding says it."""
         key = _key(lived.graph, user)
-        return key not in self._reported and all(_key(lived.graph, w.user) != key for w in lived.waiting)
+        return key not in self._reported and key not in lived.waiting_keys
 
     def _captured(self, g: Graph) -> list[Finding]:
         during, self._during = self._during, []
@@ -178,6 +181,7 @@ class FreedUnderGraph:
         """``waiting`` waits for ``lived``'s next replay: its user's range may no longer be watched,
         and the next allocation of its block is who the allocator handed it to."""
         lived.waiting.append(waiting)
+        lived.waiting_keys.add(_key(lived.graph, waiting.user))
         arg = waiting.user[1]
         self._dirty.append((arg.ptr, arg.ptr + arg.nbytes))
         if waiting.again is None:
