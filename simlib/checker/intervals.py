@@ -24,10 +24,22 @@ class Intervals(Generic[V]):
         self.update(items)
 
     def update(self, items: Iterable[tuple[tuple[DataPtr, DataPtr], V]]) -> None:
-        """Add many ranges at once (one sort; a later value for a range replaces an earlier)."""
-        self._values.update(items)
-        self._keys = sorted(self._values)
-        self._longest = max((hi - lo for lo, hi in self._keys), default=0)
+        """Add many ranges at once (a later value for a range replaces an earlier). Only the new
+        ranges are sorted and measured: a map that grows at every capture is not re-sorted whole."""
+        values = self._values
+        if not values:
+            values.update(items)
+            new = sorted(values)
+        else:
+            new = []
+            for key, value in items:
+                if key not in values:
+                    new.append(key)
+                values[key] = value
+            new.sort()
+        if new:
+            self._keys = new if not self._keys else sorted(self._keys + new)   # two sorted runs: one merge
+            self._longest = max(self._longest, max(hi - lo for lo, hi in new))
 
     def put(self, lo: DataPtr, hi: DataPtr, value: V) -> None:
         key = (lo, hi)

@@ -70,19 +70,32 @@ class FreedUnderGraph:
         self._again: dict[DataPtr, list[_Waiting]] = {}   # freed block -> its waiting frees no allocation reused yet
         self._verdicts: dict[tuple[DataPtr, DataPtr], bool] = {}   # each range of ``_users``: is it watched?
         self._dirty: list[tuple[DataPtr, DataPtr]] = []   # where a verdict may have changed since ``watched``
+        self._dirty_keys: list[tuple[DataPtr, DataPtr]] = []   # ranges of ``_users`` a new user or a wait changed
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """The address ranges a free of which a later replay would make a finding: what graphs use,
         but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by) and
         ranges whose every user has a free waiting or reported already (one finding says it).
-        Asked at every capture's end: only the ranges something touched since are looked at again."""
-        pool, verdicts = self._pool_blocks, self._verdicts
+        Asked at every capture's end: only the ranges something touched since are looked at again
+        (a range a new user or a waiting free changed, by its key; those an allocation touched)."""
+        verdicts, users_of, verdict = self._verdicts, self._users, self._verdict
+        for span in self._dirty_keys:
+            users = users_of.get(*span)
+            if users is not None:
+                verdicts[span] = verdict(span, users)
         for span in self._dirty:
-            for (lo, hi), users in self._users.overlapping(*span):
-                verdicts[lo, hi] = (any(self._new(lived, user) for lived, user in users)
-                                    and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in pool.overlapping(lo, hi)))
+            for key, users in users_of.overlapping(*span):
+                verdicts[key] = verdict(key, users)
         self._dirty.clear()
+        self._dirty_keys.clear()
         return [span for span, watched in verdicts.items() if watched]
+
+    def _verdict(self, span: tuple[DataPtr, DataPtr], users: list[tuple["_Lived", User]]) -> bool:
+        """Is a free of ``span`` worth watching: a user with nothing waiting or reported, outside every
+        block a capture allocated?"""
+        lo, hi = span
+        return (any(self._new(lived, user) for lived, user in users)
+                and not any(blo <= lo and hi <= bhi for (blo, bhi), _ in self._pool_blocks.overlapping(lo, hi)))
 
     def add(self, r: Record, index: Index) -> list[Finding]:
         """``r`` as ``index`` indexed it (a ``Free`` sized from its block)."""
@@ -145,7 +158,7 @@ class FreedUnderGraph:
         found = []
         for lived in self._lived.values():
             found += [_finding(lived.graph, w, None) for w in lived.waiting if w.during]
-            self._dirty += [(w.user[1].ptr, w.user[1].ptr + w.user[1].nbytes) for w in lived.waiting]
+            self._dirty_keys += [(w.user[1].ptr, w.user[1].ptr + w.user[1].nbytes) for w in lived.waiting]
             lived.waiting.clear()
             lived.waiting_keys.clear()
         return found
@@ -164,7 +177,7 @@ class FreedUnderGraph:
                                                       for node in g.nodes for a in node.args if a.nbytes))
         self._lived[g.id] = lived
         for (lo, hi), user in lived.used.items():
-            self._dirty.append((lo, hi))
+            self._dirty_keys.append((lo, hi))
             users = self._users.get(lo, hi)
             if users is None:
                 self._users.put(lo, hi, [(lived, user)])
@@ -183,7 +196,7 @@ class FreedUnderGraph:
         lived.waiting.append(waiting)
         lived.waiting_keys.add(_key(lived.graph, waiting.user))
         arg = waiting.user[1]
-        self._dirty.append((arg.ptr, arg.ptr + arg.nbytes))
+        self._dirty_keys.append((arg.ptr, arg.ptr + arg.nbytes))
         if waiting.again is None:
             self._again.setdefault(waiting.free.ptr, []).append(waiting)
 
