@@ -25,22 +25,25 @@ class Emptied:
 
 
 def emptied_tensors(g: Graph, index: Index) -> dict[TensorId, Emptied]:
-    full: dict[TensorId, Emptied] = {}      # first seen full in this capture
+    full: dict[TensorId, tuple[DataPtr, int, int, str]] = {}   # first seen full in this capture: ptr, numel, step, label
+    emptied: dict[TensorId, Emptied] = {}   # those a later use got empty or null (most tensors never are)
     for r in heapq.merge(g.uses, g.mutations, key=lambda r: r.step):
         if type(r) is Mutation:   # emptied during capture: it had its data when capture began
             if r.old_numel and r.old_ptr:
-                full.setdefault(r.tensor, Emptied(r.old_ptr, r.old_numel, r.step, r.label))
+                full.setdefault(r.tensor, (r.old_ptr, r.old_numel, r.step, r.label))
             continue
         for k, arg in enumerate(r.args):
             if arg.numel and arg.ptr:
                 if arg.tensor not in full:
-                    full[arg.tensor] = Emptied(arg.ptr, arg.numel, r.step, arg.label)
+                    full[arg.tensor] = (arg.ptr, arg.numel, r.step, arg.label)
                 continue
             owner = next((t for t in index.emptied_lineage(arg.tensor)
-                          if t in full and full[t].step < r.step), None)
+                          if t in full and full[t][2] < r.step), None)
             if owner is not None:
-                full[owner].uses.append((r, k))
-    return {t: e for t, e in full.items() if e.uses}
+                if owner not in emptied:
+                    emptied[owner] = Emptied(*full[owner])
+                emptied[owner].uses.append((r, k))
+    return {t: emptied[t] for t in full if t in emptied}   # in the order they were first seen full
 
 
 def empty_arguments(g: Graph, emptied: dict[TensorId, Emptied]) -> Iterator[Finding]:
