@@ -1,0 +1,29 @@
+"""``benchmarks/startup_check_cpu.py`` runs on a CPU (no GPU is needed to see what the checks cost
+capture by capture): a small start-up, checked, clean, with a check time for each capture's end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_the_cpu_startup_benchmark_checks_every_capture_and_finds_nothing():
+    done = subprocess.run([sys.executable, "benchmarks/startup_check_cpu.py", "--layers", "3", "--repeats", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["findings"] == 0   # the safe stack: a finding here is a false alarm
+    assert len(result["check_ms_per_capture"]) == len(result["sizes"]) == 8
+    assert all(ms > 0 for ms in result["check_ms_per_capture"])   # every capture's end was checked
+    assert 0 < result["check_s"][0] < result["checked_s"][0]
+    assert result["provenance"]["command"].startswith("python benchmarks/startup_check_cpu.py")
