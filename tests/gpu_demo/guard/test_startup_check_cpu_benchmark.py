@@ -3,25 +3,14 @@ capture by capture): a small start-up, checked, clean, with a check time for eac
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from benchmark_run import run_benchmark
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def test_the_cpu_startup_benchmark_checks_every_capture_and_finds_nothing():
-    done = subprocess.run([sys.executable, "benchmarks/startup_check_cpu.py", "--layers", "3", "--repeats", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
+    result = run_benchmark("startup_check_cpu.py", "--layers", "3", "--repeats", "1")
     assert result["findings"] == 0   # the safe stack: a finding here is a false alarm
     assert len(result["check_ms_per_capture"]) == len(result["sizes"]) == 8
     assert all(ms > 0 for ms in result["check_ms_per_capture"])   # every capture's end was checked
