@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..trace import Arg, DataPtr, Free, Launch
@@ -27,7 +26,7 @@ def races(g: Graph) -> Iterator[Finding]:
                 accesses = by_range.get(key)
                 if accesses is None:
                     accesses = by_range[key] = _Accesses()
-                accesses.add(i, k, arg.writes)
+                accesses.add(i, k, "w" in arg.access)   # ``Arg.writes``, inlined
     free_steps = [f.step for f in g.frees]
     racing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     after_free: dict[int, dict[tuple[int, int], tuple[int, int, int, int]]] = {}
@@ -35,6 +34,8 @@ def races(g: Graph) -> Iterator[Finding]:
     for here in sorted(by_range):
         active = [r for r in active if r[1] > here[0]] + [here]
         for there in active:                       # every range overlapping this one, itself too
+            if not (by_range[here].writers or by_range[there].writers):
+                continue                           # reads only: nothing to conflict
             lo, hi = max(here[0], there[0]), min(here[1], there[1])
             pairs = _unordered(by_range[here], by_range[there], ancestors)
             if there != here:
@@ -52,14 +53,17 @@ def races(g: Graph) -> Iterator[Finding]:
                      len(pairs))
 
 
-@dataclass
 class _Accesses:
-    """The nodes touching one address range: as bitsets (bit = node position) and a list."""
+    """The nodes touching one address range: as bitsets (bit = node position) and a list.
+    A plain class with slots: a capture makes one per range it touches, hundreds per capture."""
 
-    items: list[tuple[int, int, bool]] = field(default_factory=list)   # (node, arg index, writes)
-    writers: int = 0
-    readers: int = 0
-    arg: dict[int, int] = field(default_factory=dict)                  # node -> an arg index
+    __slots__ = ("items", "writers", "readers", "arg")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int, bool]] = []   # (node, arg index, writes)
+        self.writers = 0
+        self.readers = 0
+        self.arg: dict[int, int] = {}                   # node -> an arg index
 
     def add(self, node: int, arg: int, writes: bool) -> None:
         self.items.append((node, arg, writes))
