@@ -1,5 +1,6 @@
 """``run_benchmark``: a script of ``benchmarks/`` run as its docstring says (from the repository root,
-``PYTHONPATH=.``), its JSON result read from the last line it printed."""
+``PYTHONPATH=.``), its JSON result read from the file it wrote (``out``: passed as ``--out``), or
+else from the last line it printed."""
 
 from __future__ import annotations
 
@@ -13,12 +14,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_benchmark(script: str, *args: str, timeout: float = 180) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, capture_output=True,
+def run_benchmark(script: str, *args: str, out: Path | None = None, timeout: float = 180) -> dict[str, Any]:
+    written = ["--out", str(out)] if out is not None else []
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", *args, *written], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        return json.loads(done.stdout)   # printed indented: the whole output is the JSON
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text() if out is not None else done.stdout.strip().splitlines()[-1])

@@ -5,13 +5,11 @@ arithmetic of the summaries on made-up runs; on a GPU, each benchmark run small,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_run import run_benchmark
 
 torch = pytest.importorskip("torch")
 
@@ -281,11 +279,7 @@ def test_the_generate_ratio_pairs_each_checked_run_with_the_plain_run_of_its_rep
 # -- on a GPU, end to end ----------------------------------------------------------------------------
 
 def benchmark(tmp_path: Path, script: str, *args: str) -> dict:
-    out = tmp_path / "result.json"
-    done = subprocess.run([sys.executable, f"benchmarks/{script}", *args, "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=540, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(out.read_text())
+    return run_benchmark(script, *args, out=tmp_path / "result.json", timeout=540)
 
 
 @pytest.mark.gpu

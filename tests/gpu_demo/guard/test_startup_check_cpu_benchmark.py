@@ -9,8 +9,8 @@ from benchmark_run import run_benchmark
 pytest.importorskip("torch")
 
 
-def test_the_cpu_startup_benchmark_checks_every_capture_and_finds_nothing():
-    result = run_benchmark("startup_check_cpu.py", "--layers", "3", "--repeats", "1")
+def test_the_cpu_startup_benchmark_checks_every_capture_and_finds_nothing(tmp_path):
+    result = run_benchmark("startup_check_cpu.py", "--layers", "3", "--repeats", "1", out=tmp_path / "result.json")
     assert result["findings"] == 0   # the safe stack: a finding here is a false alarm
     assert len(result["check_ms_per_capture"]) == len(result["sizes"]) == 8
     assert all(ms > 0 for ms in result["check_ms_per_capture"])   # every capture's end was checked
