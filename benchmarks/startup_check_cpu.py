@@ -89,22 +89,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layers", type=int, default=61)
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    sizes = SIZES
     if args.child:
-        print(json.dumps(child(args.child, args.layers, sizes)))
+        print(json.dumps(child(args.child, args.layers, SIZES)))
         return 0
     runs = [{mode: fresh_process(__file__, mode, "--layers", str(args.layers)) for mode in MODES}
             for _ in range(args.repeats)]
     checked = [run["checked"] for run in runs]
     result = {
         "provenance": {**provenance(argv), "command": shlex.join(["python", "benchmarks/startup_check_cpu.py", *argv])},
-        "layers": args.layers, "sizes": list(sizes), "repeats": args.repeats,
+        "layers": args.layers, "sizes": list(SIZES), "repeats": args.repeats,
         "plain_s": [run["plain"]["startup_s"] for run in runs],
         "checked_s": [c["startup_s"] for c in checked],
         "check_s": [c["check_s"] for c in checked],
         "median_check_s": statistics.median(c["check_s"] for c in checked),
         "check_ms_per_capture": [round(statistics.median(c["check_ms_per_capture"][i] for c in checked), 2)
-                                 for i in range(len(sizes))],
+                                 for i in range(len(SIZES))],
         "findings": checked[0]["findings"],
     }
     return report(result, args.out)

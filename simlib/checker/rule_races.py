@@ -34,12 +34,13 @@ def races(g: Graph) -> Iterator[Finding]:
     for here in sorted(by_range):
         active = [r for r in active if r[1] > here[0]] + [here]
         for there in active:                       # every range overlapping this one, itself too
-            if not (by_range[here].writers or by_range[there].writers):
+            mine, theirs = by_range[here], by_range[there]
+            if not (mine.writers or theirs.writers):
                 continue                           # reads only: nothing to conflict
             lo, hi = max(here[0], there[0]), min(here[1], there[1])
-            pairs = _unordered(by_range[here], by_range[there], ancestors)
+            pairs = _unordered(mine, theirs, ancestors)
             if there != here:
-                pairs = itertools.chain(pairs, _unordered(by_range[there], by_range[here], ancestors))
+                pairs = itertools.chain(pairs, _unordered(theirs, mine, ancestors))
             for pair in pairs:
                 i, j = pair[0], pair[2]
                 free = _free_between(g.frees, free_steps, nodes[i].step, nodes[j].step, lo, hi)
