@@ -6,7 +6,8 @@ returns what they reveal. Each rule says what it needs, and is fed just that:
 * the *capture rules* (0 to 4, 6, 16 and 17) need one capture's records: they
   run once, when its ``Capture`` end arrives;
 * the *stream rules* follow state per graph as records come, each fed only the
-  record types it declares (``READS``): rule 10 (the blocks a graph uses, frees
+  record types it declares (``READS``; of launches, the eager ones: a graph's
+  nodes come with its ``Capture`` end, in ``Index.graph``): rule 10 (the blocks a graph uses, frees
   waiting for its next replay), rule 11 (the graphs' live results, clobbers
   waiting for a read), rule 13 (the views a program keeps of a graph's results,
   by the replay they followed), rule 14 (tensors rebound under a graph, waiting
@@ -98,10 +99,11 @@ class IncrementalChecker:
             kind = type(r)
             if whole:
                 self._keep(r, kind)
-            for rule in rules_of.get(kind, ()):
-                out = rule(r, index)
-                if out:
-                    found += out
+            if kind is not Launch or r.graph is None:   # a graph's nodes reach the rules with its capture's end
+                for rule in rules_of.get(kind, ()):
+                    out = rule(r, index)
+                    if out:
+                        found += out
             if kind is Capture and r.op == "end":
                 found += self._captured(index.graph(r.graph))
             elif kind is Replay and r.graph in self._awaiting:

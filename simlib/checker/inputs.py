@@ -34,7 +34,7 @@ def with_inputs(records: list[Record], graph: GraphId) -> list[Record]:
                                            if type(r) is Launch and r.graph is None
                                            for a in r.args if a.writes and a.nbytes)
     inputs = tuple(dict.fromkeys(a.ptr for _, a in reads_before_writes(nodes)
-                                 if refreshed.overlapping(a.ptr, a.ptr + a.nbytes)))
+                                 if refreshed.touches(a.ptr, a.ptr + a.nbytes)))
     if not inputs:
         return records
     out = list(records)
@@ -59,7 +59,7 @@ def reads_before_writes(nodes: list[Launch]) -> list[tuple[Launch, Arg]]:
             if not a.nbytes:
                 continue
             lo, hi = a.ptr, a.ptr + a.nbytes
-            if a.reads and a.ptr and not written.overlapping(lo, hi):
+            if a.reads and a.ptr and not written.touches(lo, hi):
                 reads.append((node, a))
             if a.writes:
                 written.put(lo, hi, None)

@@ -78,6 +78,26 @@ class Intervals(Generic[V]):
                 found.append((key, self._values[key]))
         return found
 
+    def touches(self, lo: DataPtr, hi: DataPtr) -> bool:
+        """Does a range overlap ``[lo, hi)``? (It stops at the first: the nearest start is tried first.)"""
+        keys = self._keys
+        i = bisect.bisect_left(keys, (hi,))
+        while i:
+            i -= 1
+            key = keys[i]
+            if key[0] + self._longest <= lo:
+                return False
+            if key[1] > lo:
+                return True
+        return False
+
+    def discard(self, lo: DataPtr, hi: DataPtr) -> None:
+        """Forget the range ``[lo, hi)`` itself, if held."""
+        key = (lo, hi)
+        if key in self._values:
+            del self._values[key]
+            del self._keys[bisect.bisect_left(self._keys, key)]
+
     def clear(self, lo: DataPtr, hi: DataPtr) -> None:
         """Forget every range that starts in ``[lo, hi)``."""
         keys = self._keys

@@ -68,27 +68,40 @@ class FreedUnderGraph:
         self._rebound: Intervals[set[GraphId]] = Intervals()   # a rebound tensor's block -> graphs rule 14 follows
         self._capturing = False
         self._again: dict[DataPtr, list[_Waiting]] = {}   # freed block -> its waiting frees no allocation reused yet
-        self._verdicts: dict[tuple[DataPtr, DataPtr], bool] = {}   # each range of ``_users``: is it watched?
-        self._dirty: list[tuple[DataPtr, DataPtr]] = []   # where a verdict may have changed since ``watched``
+        self._watching: Intervals[None] = Intervals()   # the ranges of ``_users`` a free of is watched
+        self._dirty: list[tuple[DataPtr, DataPtr]] = []   # blocks back to eager memory since ``watched``
+        self._pooled: list[tuple[DataPtr, DataPtr]] = []   # blocks a capture allocated since ``watched``
         self._dirty_keys: list[tuple[DataPtr, DataPtr]] = []   # ranges of ``_users`` a new user or a wait changed
 
     def watched(self) -> list[tuple[DataPtr, DataPtr]]:
         """The address ranges a free of which a later replay would make a finding: what graphs use,
         but for blocks a capture allocated (graph-pool memory, whose free ``_freed`` passes by) and
         ranges whose every user has a free waiting or reported already (one finding says it).
-        Asked at every capture's end: only the ranges something touched since are looked at again
-        (a range a new user or a waiting free changed, by its key; those an allocation touched)."""
-        verdicts, users_of, verdict = self._verdicts, self._users, self._verdict
+        Asked at every capture's end: only the ranges something touched since are judged again (a
+        range a new user or a waiting free changed, by its key; those a block back in eager memory
+        overlaps; and of the ranges watched, those a block a capture allocated overlaps, since a
+        capture's block can only end a watch, never start one)."""
+        users_of, watching = self._users, self._watching
         for span in self._dirty_keys:
             users = users_of.get(*span)
             if users is not None:
-                verdicts[span] = verdict(span, users)
+                self._judge(span, users)
         for span in self._dirty:
             for key, users in users_of.overlapping(*span):
-                verdicts[key] = verdict(key, users)
+                self._judge(key, users)
+        for span in self._pooled:
+            for key, _ in watching.overlapping(*span):
+                self._judge(key, users_of.get(*key))
         self._dirty.clear()
         self._dirty_keys.clear()
-        return [span for span, watched in verdicts.items() if watched]
+        self._pooled.clear()
+        return [span for span, _ in watching.items()]
+
+    def _judge(self, span: tuple[DataPtr, DataPtr], users: list[tuple["_Lived", User]]) -> None:
+        if self._verdict(span, users):
+            self._watching.put(*span, None)
+        else:
+            self._watching.discard(*span)
 
     def _verdict(self, span: tuple[DataPtr, DataPtr], users: list[tuple["_Lived", User]]) -> bool:
         """Is a free of ``span`` worth watching: a user with nothing waiting or reported, outside every
@@ -111,8 +124,8 @@ class FreedUnderGraph:
             self._from_capture[r.ptr] = self._capturing
             if self._capturing:
                 self._pool_blocks.put(*span, None)
-                self._dirty.append(span)
-            elif self._pool_blocks.overlapping(r.ptr, r.ptr + 1):
+                self._pooled.append(span)
+            elif self._pool_blocks.touches(r.ptr, r.ptr + 1):
                 self._pool_blocks.clear(r.ptr, r.ptr + 1)   # the block is eager memory now
                 self._dirty.append(span)
             for w in self._again.pop(r.ptr, ()):

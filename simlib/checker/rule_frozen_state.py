@@ -75,7 +75,7 @@ def _unwritten_reads(g: Graph) -> list[tuple[Launch, Arg]]:
     extents = g.input_extents(g.inputs)
     inputs = [(p, p + extents[p]) for p in g.inputs]
     return [(node, a) for (lo, hi), node, a in ranges
-            if "r" in a.access and (lo, hi) not in written and not written.overlapping(lo, hi)
+            if "r" in a.access and (lo, hi) not in written and not written.touches(lo, hi)
             and not any(p < hi and lo < q for p, q in inputs)]
 
 

@@ -165,15 +165,13 @@ class GraphsClobber:
         return []
 
     def _captured(self, g: Graph) -> None:
-        for a in g.allocs:
-            if a.nbytes:
-                self._pool.put(a.ptr, a.ptr + a.nbytes, None)
+        self._pool.update(((a.ptr, a.ptr + a.nbytes), None) for a in g.allocs if a.nbytes)
         if g.failed or not g.nodes:
             return
         pool = self._pool
         self._graphs[g.id] = _Captured(
-            [w for w in graph_writes(g) if pool.overlapping(*w.span)],
-            [(node, a) for node, a in graph_reads_before_writes(g) if pool.overlapping(a.ptr, a.ptr + a.nbytes)])
+            [w for w in graph_writes(g) if pool.touches(*w.span)],
+            [(node, a) for node, a in graph_reads_before_writes(g) if pool.touches(a.ptr, a.ptr + a.nbytes)])
         self._neighbours(g.id, self._graphs[g.id])
 
     def _neighbours(self, gid: GraphId, new: _Captured) -> None:

@@ -110,7 +110,7 @@ class FreshBetweenGraphs:
         spans: set[tuple[DataPtr, DataPtr]] = set()   # ``tied``'s: a range read twice is one input
         for node, a in graph_reads_before_writes(g):
             lo, hi = a.ptr, a.ptr + a.nbytes
-            if (lo, hi) in spans or kept.overlapping(lo, hi):
+            if (lo, hi) in spans or kept.touches(lo, hi):
                 continue
             writers = [w for _, w in self._writers.overlapping(lo, hi)]
             if writers:

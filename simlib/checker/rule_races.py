@@ -17,16 +17,17 @@ from .wording import byte_range, verb
 def races(g: Graph) -> Iterator[Finding]:
     """Unordered overlapping accesses of one graph: rule 4 across a free, else rule 3."""
     nodes = g.nodes
-    ancestors = _ancestors(nodes)
+    ancestors, chained = _ancestors(nodes)
     by_range: dict[tuple[DataPtr, DataPtr], _Accesses] = {}
     for i, node in enumerate(nodes):
+        stream = node.stream if chained else None
         for k, arg in enumerate(node.args):
             if arg.nbytes and arg.ptr:
                 key = (arg.ptr, arg.ptr + arg.nbytes)
                 accesses = by_range.get(key)
                 if accesses is None:
-                    accesses = by_range[key] = _Accesses()
-                accesses.add(i, k, "w" in arg.access)   # ``Arg.writes``, inlined
+                    accesses = by_range[key] = _Accesses(stream)
+                accesses.add(i, k, "w" in arg.access, stream)   # ``Arg.writes``, inlined
     free_steps = [f.step for f in g.frees]
     racing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     after_free: dict[int, dict[tuple[int, int], tuple[int, int, int, int]]] = {}
@@ -37,6 +38,8 @@ def races(g: Graph) -> Iterator[Finding]:
             mine, theirs = by_range[here], by_range[there]
             if not (mine.writers or theirs.writers):
                 continue                           # reads only: nothing to conflict
+            if mine.stream is not None and mine.stream == theirs.stream:
+                continue                           # all on one stream, whose order the graph keeps
             lo, hi = max(here[0], there[0]), min(here[1], there[1])
             pairs = _unordered(mine, theirs, ancestors)
             if there != here:
@@ -58,15 +61,18 @@ class _Accesses:
     """The nodes touching one address range: as bitsets (bit = node position) and a list.
     A plain class with slots: a capture makes one per range it touches, hundreds per capture."""
 
-    __slots__ = ("items", "writers", "readers", "arg")
+    __slots__ = ("items", "writers", "readers", "arg", "stream")
 
-    def __init__(self) -> None:
+    def __init__(self, stream: str | None) -> None:
         self.items: list[tuple[int, int, bool]] = []   # (node, arg index, writes)
         self.writers = 0
         self.readers = 0
         self.arg: dict[int, int] = {}                   # node -> an arg index
+        self.stream = stream                            # the one stream every access is on, if one
 
-    def add(self, node: int, arg: int, writes: bool) -> None:
+    def add(self, node: int, arg: int, writes: bool, stream: str | None) -> None:
+        if stream != self.stream:
+            self.stream = None
         self.items.append((node, arg, writes))
         bit = 1 << node
         if writes:
@@ -91,23 +97,30 @@ def _unordered(later: _Accesses, earlier: _Accesses,
             partners ^= low
 
 
-def _ancestors(nodes: list[Launch]) -> list[int]:
-    """Per node, the bitset (a Python int, bit = position) of nodes with a path to it.
+def _ancestors(nodes: list[Launch]) -> tuple[list[int], bool]:
+    """Per node, the bitset (a Python int, bit = position) of nodes with a path to it; and
+    whether each node follows the one before it on its stream (then accesses all on one
+    stream are ordered, as a stream orders its work).
 
     A node can only wait for work already issued, so one pass in record order
     is a topological order; a dep naming no earlier node adds no path.
     """
     position: dict[int, int] = {}
     ancestors: list[int] = []
+    last: dict[str, int] = {}   # stream -> its latest node's position
+    chained = True
     for node in nodes:
         bits = 0
         for dep in node.deps:
             p = position.get(dep)
             if p is not None:
                 bits |= ancestors[p] | (1 << p)
-        position[node.id] = len(ancestors)
+        before = last.get(node.stream)
+        if before is not None and not bits >> before & 1:
+            chained = False
+        last[node.stream] = position[node.id] = len(ancestors)
         ancestors.append(bits)
-    return ancestors
+    return ancestors, chained
 
 
 def _free_between(frees: list[Free], steps: list[int], after: int, before: int,
