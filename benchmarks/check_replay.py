@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/check_replay.py tape --out $OUT/startup.tape     # on a GPU: one checked start-up
     PYTHONPATH=. python benchmarks/check_replay.py tape --cpu --out startup.tape    # anywhere: the CPU dry run's
+    PYTHONPATH=. python benchmarks/check_replay.py tape --serving 5000 --out $OUT/serving.tape   # a server's life
     PYTHONPATH=. python benchmarks/check_replay.py replay startup.tape [--repeats 5] [--profile PATH] [--out FILE]
 
 Device time is lent by the half hour, and the CPU dry run of the same start-up
@@ -13,7 +14,8 @@ into one pool; ``--cpu``: ``startup_check_cpu.py``'s dry run of it) under the
 whole-process check, and keeps every call the check made on its incremental
 checker (``IncrementalChecker``: each batch of records fed, each question
 asked) with how many findings each returned, pickled with the tape's
-provenance. ``replay`` makes those calls again, in order, on a fresh checker,
+provenance; ``--serving STEPS``: ``serving_overhead.py``'s server instead, its
+start-up and that many served steps. ``replay`` makes those calls again, in order, on a fresh checker,
 ``--repeats`` times, and reports the seconds per kind of call and per feed
 (medians over repeats) and the findings, which must be the tape's (else it
 exits 1): the checks' cost on a GPU's records, profiled (``--profile``) where
@@ -43,8 +45,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from process_startup_overhead import SIZES, report  # its neighbours: a script's folder is on the path
+import serving_overhead as served  # its neighbours: a script's folder is on the path
+import startup_check_cpu
+import torch
+from process_startup_overhead import SIZES, report, startup
 
+from gpu_demo.guard.process import check_process
 from gpu_demo.lab.measure.provenance import provenance
 from simlib.checker import IncrementalChecker
 from simlib.checker.incremental import WINDOW
@@ -77,23 +83,25 @@ def taping(calls: list[Call]) -> Iterator[None]:
             setattr(IncrementalChecker, name, method)
 
 
-def tape(cpu: bool, layers: int) -> list[Call]:
-    """The calls one checked start-up makes on its checker."""
+def tape(cpu: bool, layers: int, serving: int) -> list[Call]:
+    """The calls one checked start-up makes on its checker (``serving``: a server's life of that many
+    steps instead, ``serving_overhead.py``'s, with its own layers and batch sizes)."""
     calls: list[Call] = []
     with taping(calls), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if cpu:
-            import startup_check_cpu
             startup_check_cpu.child("checked", layers, SIZES)
-        else:
-            import torch
-            from process_startup_overhead import startup
-
-            from gpu_demo.guard.process import check_process
-            torch.cuda.init()
-            checker = check_process("warn")
-            startup(layers, SIZES)
-            checker.check_now("when the start-up ended")
+            return calls
+        torch.cuda.init()
+        checker = check_process("warn")
+        with torch.no_grad():
+            if serving:
+                server = served.start_up(layers, served.SIZES)
+                for step, n in enumerate(served.batch_sizes(serving, max(served.SIZES))):
+                    served.serve_step(server, n, step)
+            else:
+                startup(layers, SIZES)
+        checker.check_now("when the start-up ended")
     return calls
 
 
@@ -142,7 +150,9 @@ def main(argv: list[str]) -> int:
     taper = verbs.add_parser("tape", help="run one checked start-up and write the calls on its checker")
     taper.add_argument("--out", type=Path, required=True, help="the tape (a pickle)")
     taper.add_argument("--cpu", action="store_true", help="the CPU dry run of the start-up (no GPU needed)")
-    taper.add_argument("--layers", type=int, default=61)
+    taper.add_argument("--layers", type=int, help="the stack's layers (default: 61; serving: 4)")
+    taper.add_argument("--serving", type=int, default=0, metavar="STEPS",
+                       help="tape serving_overhead.py's server for STEPS steps instead (a GPU's)")
     player = verbs.add_parser("replay", help="make a tape's calls again on a fresh checker, timed")
     player.add_argument("tape", type=Path)
     player.add_argument("--repeats", type=int, default=5)
@@ -153,17 +163,18 @@ def main(argv: list[str]) -> int:
         parser.error("--repeats: at least 1")
     command = shlex.join(["python", "benchmarks/check_replay.py", *argv])
     if args.verb == "tape":
-        if not args.cpu:
-            import torch
-            if not torch.cuda.is_available():
-                print("check_replay.py tape: needs CUDA (it captures real graphs); --cpu tapes the dry run",
-                      file=sys.stderr)
-                return 2
-        calls = tape(args.cpu, args.layers)
+        if args.cpu and args.serving:
+            parser.error("--serving: a GPU's server only (no --cpu)")
+        args.layers = args.layers or (4 if args.serving else 61)
+        if not args.cpu and not torch.cuda.is_available():
+            print("check_replay.py tape: needs CUDA (it captures real graphs); --cpu tapes the dry run",
+                  file=sys.stderr)
+            return 2
+        calls = tape(args.cpu, args.layers, args.serving)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("wb") as fh:
             pickle.dump({"provenance": {**provenance(argv), "command": command}, "cpu": args.cpu,
-                         "layers": args.layers, "sizes": list(SIZES), "calls": calls}, fh,
+                         "layers": args.layers, "serving": args.serving, "calls": calls}, fh,
                         protocol=pickle.HIGHEST_PROTOCOL)
         print(json.dumps({"calls": len(calls), "records": sum(len(a[0]) for name, a, _ in calls if name == "feed"),
                           "tape": str(args.out)}))
@@ -172,7 +183,7 @@ def main(argv: list[str]) -> int:
         taped = pickle.load(fh)
     calls = taped["calls"]
     result = {"provenance": {**provenance(argv), "command": command},
-              "tape": {**taped["provenance"], "cpu": taped["cpu"], "layers": taped["layers"], "sizes": taped["sizes"]},
+              "tape": {**taped["provenance"], "cpu": taped["cpu"], "layers": taped["layers"], "serving": taped["serving"]},
               "calls": len(calls), "records": sum(len(a[0]) for name, a, _ in calls if name == "feed"),
               "repeats": args.repeats, "tape_findings": sum(n for _, _, n in calls if n is not None),
               **replay(calls, args.repeats, args.profile)}

@@ -45,7 +45,8 @@ class Intervals(Generic[V]):
         key = (lo, hi)
         if key not in self._values:
             bisect.insort(self._keys, key)
-            self._longest = max(self._longest, hi - lo)
+            if hi - lo > self._longest:   # not ``max``: a call costs more than the test, and rules put often
+                self._longest = hi - lo
         self._values[key] = value
 
     def copy(self) -> "Intervals[V]":
