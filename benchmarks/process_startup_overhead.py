@@ -14,7 +14,10 @@ every capture end, and the last one). Only the start-up is timed, not the
 imports. ``ratio`` is the median over repeats of checked over the unchecked
 run just before it; the target is under 2x (issue 34). ``check_s``: the time each checked
 run spent in checks (the rest of its extra time is recording); ``gc_s``: the
-time the cyclic collector ran in each run. Writes JSON with provenance.
+time the cyclic collector ran in each run; ``phases_s``: per mode, the medians of the seconds
+spent building the stack, in the warm-ups, in the captures' bodies, at their ends (where the
+check at each capture's end runs; ``check_s`` says how much of it) and, checked, in the last
+check. Writes JSON with provenance.
 ``--profile PATH``: one more checked start-up, under cProfile, after the
 repeats; its top functions go to PATH (where the rest of the time goes).
 """
@@ -47,21 +50,43 @@ TARGET = 2.0   # issue 34: checked under twice unchecked
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def startup(layers: int, sizes: tuple[int, ...]) -> int:
-    """Build the stack, warm up and capture each batch size into one pool; the graphs captured."""
+class Phases(dict):
+    """Seconds per phase of a start-up, summed over its batch sizes: ``tick(name)`` ends the phase
+    ``name`` now (the next begins). Reading the clock two dozen times costs nothing measurable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = time.perf_counter()
+
+    def tick(self, name: str) -> None:
+        now = time.perf_counter()
+        self[name] = self.get(name, 0.0) + now - self._last
+        self._last = now
+
+
+def startup(layers: int, sizes: tuple[int, ...], phases: Phases | None = None) -> int:
+    """Build the stack, warm up and capture each batch size into one pool; the graphs captured.
+    ``phases``: where the time went (building; warm-ups; the captures' bodies; their ends, where
+    the check at each capture's end runs)."""
+    tick = phases.tick if phases is not None else lambda name: None
     settings = RunSettings()
     stack, (example,) = plain_stack(layers, settings)
+    tick("build")
     graphs, pool = [], None
     with torch.no_grad():
         for size in sizes:
             x = torch.randn(size, example.shape[1], device=example.device, dtype=example.dtype)
             capture_replay.warm_up(lambda: stack(x), iterations=2)
+            tick("warm_ups")
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 stack(x)
+                tick("capture_bodies")
+            tick("capture_ends")
             pool = pool or graph.pool()
             graphs.append(graph)
     torch.cuda.synchronize()
+    tick("synchronize")
     return len(graphs)
 
 
@@ -74,9 +99,11 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
         start = time.perf_counter()
         if profiler is not None:
             profiler.enable()
-        graphs = startup(layers, sizes)
+        phases = Phases()
+        graphs = startup(layers, sizes, phases)
         if checker is not None:
             checker.check_now("when the start-up ended")
+            phases.tick("last_check")
         if profiler is not None:
             profiler.disable()
         elapsed = time.perf_counter() - start
@@ -86,7 +113,7 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
         stats.sort_stats("tottime").print_stats(40)
         stats.sort_stats("cumulative").print_stats(40)
         profile.write_text(text.getvalue())
-    out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0]}
+    out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0], "phases_s": phases}
     if checker is not None:
         out["findings"] = sum(len(r.findings) for r in checker.reports)
         out["checks"] = len(checker.reports)
@@ -153,6 +180,9 @@ def main(argv: list[str]) -> int:
         "records_kept": runs[0][1]["records_kept"],
         "check_s": [c["check_s"] for _, c in runs],   # of checked_s: the checks (the rest is recording)
         "gc_s": {"unchecked": [u["gc_s"] for u, _ in runs], "checked": [c["gc_s"] for _, c in runs]},
+        "phases_s": {mode: {name: statistics.median(run[k]["phases_s"].get(name, 0.0) for run in runs)
+                            for name in runs[0][k]["phases_s"]}
+                     for k, mode in enumerate(("unchecked", "checked"))},   # medians over repeats
     }
     return report(result, args.out)
 

@@ -13,7 +13,8 @@ feeds it. Each repeat runs ``plain`` (no recorder) and ``checked`` in fresh
 processes, interleaved. Reported: each run's time, the checked runs' ``check_s``
 (feeding the checker and its rules at the capture ends and at the end), and
 the milliseconds each capture's end spent in checks (median over repeats),
-which should not grow with the captures before it.
+which should not grow with the captures before it, and per mode the seconds in
+each phase (``phases_s``, as ``process_startup_overhead.py`` reports them).
 
 What it cannot tell: the ratio a GPU start-up pays (CPU ops are slower, so
 ratios here are smaller), and what a graph pool changes. A CPU has no
@@ -37,7 +38,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from process_startup_overhead import SIZES, fresh_process, report  # its neighbours: a script's folder is on the path
+from process_startup_overhead import SIZES, Phases, fresh_process, report  # its neighbours: a script's folder is on the path
 
 from gpu_demo.guard.process import CaptureChecker, _young_generation_for_records
 from gpu_demo.guard.record.cuda_device import cpu_device
@@ -63,19 +64,24 @@ def child(mode: str, layers: int, sizes: tuple[int, ...]) -> dict:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
+        phases = Phases()
         with recorder or nullcontext(), recorder.holding_storages() if recorder else nullcontext():
             for size in sizes:
                 x = torch.randn(size, safe_dual_stream.HIDDEN)
                 for _ in range(2):
                     stack(x)
+                phases.tick("warm_ups")
                 before = checker.check_s if checker else 0.0
                 with recorder.capturing([x]) if recorder else nullcontext(), dry_capture():
                     stack(x)
+                    phases.tick("capture_bodies")
+                phases.tick("capture_ends")
                 per_capture.append((checker.check_s - before) * 1000 if checker else 0.0)
             if checker is not None:
                 checker.check_now("when the start-up ended")
+                phases.tick("last_check")
         elapsed = time.perf_counter() - start
-    out = {"mode": mode, "startup_s": elapsed}
+    out = {"mode": mode, "startup_s": elapsed, "phases_s": phases}
     if checker is not None:
         out.update(check_s=checker.check_s, check_ms_per_capture=per_capture,
                    findings=sum(len(r.findings) for r in checker.reports))
@@ -105,6 +111,8 @@ def main(argv: list[str]) -> int:
         "check_ms_per_capture": [round(statistics.median(c["check_ms_per_capture"][i] for c in checked), 2)
                                  for i in range(len(SIZES))],
         "findings": checked[0]["findings"],
+        "phases_s": {mode: {name: statistics.median(run[mode]["phases_s"].get(name, 0.0) for run in runs)
+                            for name in runs[0][mode]["phases_s"]} for mode in MODES},   # medians over repeats
     }
     return report(result, args.out)
 

@@ -16,3 +16,8 @@ def test_the_cpu_startup_benchmark_checks_every_capture_and_finds_nothing(tmp_pa
     assert all(ms > 0 for ms in result["check_ms_per_capture"])   # every capture's end was checked
     assert 0 < result["check_s"][0] < result["checked_s"][0]
     assert result["provenance"]["command"].startswith("python benchmarks/startup_check_cpu.py")
+    checked, plain = result["phases_s"]["checked"], result["phases_s"]["plain"]
+    assert set(checked) == {"warm_ups", "capture_bodies", "capture_ends", "last_check"}
+    assert set(plain) == {"warm_ups", "capture_bodies", "capture_ends"}
+    assert checked["capture_ends"] >= result["check_s"][0] - checked["last_check"] > 0   # the checks run there
+    assert 0 < sum(checked.values()) <= result["checked_s"][0]   # one after another, inside the timed run
