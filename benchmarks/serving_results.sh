@@ -12,6 +12,8 @@
 #                          over the first, over plain, memory growth)
 #   serving-csan.json      plain, checked and CUDA's sanitizer side by side: 3 repeats of 1,000 steps (the
 #                          sanitizer costs ~12x; a shorter run)
+#   startup.tape,          named only (not in the default set): the checker's calls in one checked start-up
+#   serving.tape           and in a server's 5,000 steps, to replay off the device (check_replay.py replay)
 # JSON files carry their provenance and say how many repeats ran (repeats_done). Name parts to run only those:
 #     benchmarks/serving_results.sh corpus generate
 #     SERVING_STEPS=10000 benchmarks/serving_results.sh serving
@@ -47,8 +49,13 @@ for part in $PARTS; do
         time timeout 90 python3 benchmarks/serving_overhead.py --steps 1000 --block 500 --repeats 3 \
             --modes plain checked csan --time-limit 70 --out "$OUT/serving-csan.json"
         echo "serving-csan exit: $?" ;;
+    tape)
+        time timeout 120 python3 benchmarks/check_replay.py tape --out "$OUT/startup.tape"
+        echo "tape startup exit: $?"
+        time timeout 120 python3 benchmarks/check_replay.py tape --serving 5000 --out "$OUT/serving.tape"
+        echo "tape serving exit: $?" ;;
     *)
-        echo "serving_results.sh: unknown part $part (the parts: corpus startup generate serving long csan)" >&2
+        echo "serving_results.sh: unknown part $part (the parts: corpus startup generate serving long csan tape)" >&2
         exit 2 ;;
     esac
 done
