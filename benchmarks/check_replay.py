@@ -101,7 +101,7 @@ def tape(cpu: bool, layers: int, serving: int) -> list[Call]:
                     served.serve_step(server, n, step)
             else:
                 startup(layers, SIZES)
-        checker.check_now("when the start-up ended")
+        checker.check_now("when the run ended")
     return calls
 
 
