@@ -105,6 +105,10 @@ def tape(cpu: bool, layers: int, serving: int) -> list[Call]:
     return calls
 
 
+def records_fed(calls: list[Call]) -> int:
+    return sum(len(args[0]) for name, args, _ in calls if name == "feed")
+
+
 def replay(calls: list[Call], repeats: int, profile: Path | None = None) -> dict[str, Any]:
     """The calls again on a fresh checker each repeat: seconds per kind and per feed, and findings."""
     totals, by_call, feeds = [], defaultdict(list), defaultdict(list)
@@ -176,15 +180,14 @@ def main(argv: list[str]) -> int:
             pickle.dump({"provenance": {**provenance(argv), "command": command}, "cpu": args.cpu,
                          "layers": args.layers, "serving": args.serving, "calls": calls}, fh,
                         protocol=pickle.HIGHEST_PROTOCOL)
-        print(json.dumps({"calls": len(calls), "records": sum(len(a[0]) for name, a, _ in calls if name == "feed"),
-                          "tape": str(args.out)}))
+        print(json.dumps({"calls": len(calls), "records": records_fed(calls), "tape": str(args.out)}))
         return 0
     with args.tape.open("rb") as fh:
         taped = pickle.load(fh)
     calls = taped["calls"]
     result = {"provenance": {**provenance(argv), "command": command},
               "tape": {**taped["provenance"], "cpu": taped["cpu"], "layers": taped["layers"], "serving": taped["serving"]},
-              "calls": len(calls), "records": sum(len(a[0]) for name, a, _ in calls if name == "feed"),
+              "calls": len(calls), "records": records_fed(calls),
               "repeats": args.repeats, "tape_findings": sum(n for _, _, n in calls if n is not None),
               **replay(calls, args.repeats, args.profile)}
     report(result, args.out)

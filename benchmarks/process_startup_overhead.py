@@ -63,6 +63,12 @@ class Phases(dict):
         self[name] = self.get(name, 0.0) + now - self._last
         self._last = now
 
+    @staticmethod
+    def medians(children: list[dict]) -> dict[str, float]:
+        """Each phase's median over the runs of one mode (each child's ``phases_s``)."""
+        return {name: statistics.median(c["phases_s"].get(name, 0.0) for c in children)
+                for name in children[0]["phases_s"]}
+
 
 def startup(layers: int, sizes: tuple[int, ...], phases: Phases | None = None) -> int:
     """Build the stack, warm up and capture each batch size into one pool; the graphs captured.
@@ -180,9 +186,7 @@ def main(argv: list[str]) -> int:
         "records_kept": runs[0][1]["records_kept"],
         "check_s": [c["check_s"] for _, c in runs],   # of checked_s: the checks (the rest is recording)
         "gc_s": {"unchecked": [u["gc_s"] for u, _ in runs], "checked": [c["gc_s"] for _, c in runs]},
-        "phases_s": {mode: {name: statistics.median(run[k]["phases_s"].get(name, 0.0) for run in runs)
-                            for name in runs[0][k]["phases_s"]}
-                     for k, mode in enumerate(("unchecked", "checked"))},   # medians over repeats
+        "phases_s": {mode: Phases.medians([run[k] for run in runs]) for k, mode in enumerate(("unchecked", "checked"))},
     }
     return report(result, args.out)
 

@@ -111,8 +111,7 @@ def main(argv: list[str]) -> int:
         "check_ms_per_capture": [round(statistics.median(c["check_ms_per_capture"][i] for c in checked), 2)
                                  for i in range(len(SIZES))],
         "findings": checked[0]["findings"],
-        "phases_s": {mode: {name: statistics.median(run[mode]["phases_s"].get(name, 0.0) for run in runs)
-                            for name in runs[0][mode]["phases_s"]} for mode in MODES},   # medians over repeats
+        "phases_s": {mode: Phases.medians([run[mode] for run in runs]) for mode in MODES},
     }
     return report(result, args.out)
 
