@@ -97,8 +97,13 @@ class IncrementalChecker:
         for r in records:
             r = index.add(r)
             kind = type(r)
-            if whole:
-                self._keep(r, kind)
+            if whole:   # kept for the next capture's checks (inline: it runs for every record)
+                since = self._since_capture
+                since.append(r)
+                if len(since) > self.window:
+                    del since[:len(since) - self.window // 2]
+                if self._awaiting and (kind is Free or (kind is Launch and r.graph is None)):
+                    self._refreshed(r, kind)
             if kind is not Launch or r.graph is None:   # a graph's nodes reach the rules with its capture's end
                 for rule in rules_of.get(kind, ()):
                     out = rule(r, index)
@@ -181,21 +186,20 @@ class IncrementalChecker:
         self.watch_changes += 1
         self._reads = Intervals((span, rest) for span, readers in self._reads.items()
                                 if (rest := [g for g in readers if g != gid]))
+        if not awaiting.refreshed:   # no eager launch wrote what it reads since: no input to name
+            return []
         records = [*awaiting.window, *awaiting.refreshed]
         named = with_inputs(records, gid)
         if named is records:
             return []
         return [f for f in frozen_state(index_trace(Trace(records=named))) if f.rule == FROZEN_STATE.number]
 
-    def _keep(self, r: Record, kind: type) -> None:
-        """Whole program: what the next capture's checks and rule 7's first-replay checks read."""
-        since = self._since_capture
-        since.append(r)
-        if len(since) > self.window:
-            del since[:len(since) - self.window // 2]
-        if kind is Free and self._awaiting and r.nbytes:
+    def _refreshed(self, r: Record, kind: type) -> None:
+        """Whole program, a graph awaiting its first replay: what a free or an eager launch changes in
+        what rule 7's first-replay check reads (the rest of what ``feed`` keeps for it)."""
+        if kind is Free and r.nbytes:
             self._reads.clear(r.ptr, r.ptr + r.nbytes)   # its input is gone: a write there later refreshes nothing
-        elif kind is Launch and r.graph is None and self._awaiting:
+        elif kind is Launch:
             for a in r.args:
                 if a.writes and a.nbytes:
                     for _, readers in self._reads.overlapping(a.ptr, a.ptr + a.nbytes):

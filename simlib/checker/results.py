@@ -47,13 +47,23 @@ def graph_writes(g: Graph) -> list[Write]:
 def _writes(g: Graph) -> list[Write]:
     dead = _intermediates(g)
     found = []
-    for node in g.nodes:
-        for a in node.args:
-            if not (a.writes and a.nbytes):
+    for node in g.nodes:   # every node of every capture: ``Arg.writes`` and ``reads`` read inline
+        args = node.args
+        for a in args:
+            if "w" not in a.access or not a.nbytes:
                 continue
             lo, hi = a.ptr, a.ptr + a.nbytes
-            blind = a.access == "w" and not any(b.reads and b.ptr < hi and lo < b.ptr + b.nbytes for b in node.args)
-            live = not any(_within(spans, node.step) for _, spans in dead.overlapping(lo, hi))
+            blind = a.access == "w"
+            if blind:
+                for b in args:
+                    if "r" in b.access and b.ptr < hi and lo < b.ptr + b.nbytes:
+                        blind = False
+                        break
+            live = True
+            for _, spans in dead.overlapping(lo, hi):
+                if _within(spans, node.step):
+                    live = False
+                    break
             found.append(Write(node, a, blind, live))
     return found
 

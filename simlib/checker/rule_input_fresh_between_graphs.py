@@ -90,15 +90,16 @@ class FreshBetweenGraphs:
         return []
 
     def _eager(self, r: Launch) -> None:
-        written = [a for a in r.args if a.writes and a.nbytes]
+        written = [a for a in r.args if "w" in a.access and a.nbytes]   # ``Arg.writes``, inlined: every eager launch
+        by_range = self._by_range
         for a in written:
             lo, hi = a.ptr, a.ptr + a.nbytes
-            for _, inputs in self._by_range.overlapping(lo, hi) if self._by_range else ():
+            for _, inputs in by_range.overlapping(lo, hi) if by_range else ():
                 for inp in inputs:
                     inp.refreshed = True
             if r.site:
                 self._writers.put(lo, hi, r)
-        for inp in self._by_writer.get((r.site, r.kernel), ()):
+        for inp in self._by_writer.get((r.site, r.kernel), ()) if self._by_writer else ():
             lo, hi = inp.span
             for a in written:
                 if a.nbytes == inp.nbytes and not (a.ptr < hi and lo < a.ptr + a.nbytes):

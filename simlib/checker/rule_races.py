@@ -21,13 +21,23 @@ def races(g: Graph) -> Iterator[Finding]:
     by_range: dict[tuple[DataPtr, DataPtr], _Accesses] = {}
     for i, node in enumerate(nodes):
         stream = node.stream if chained else None
+        bit = 1 << i
         for k, arg in enumerate(node.args):
             if arg.nbytes and arg.ptr:
                 key = (arg.ptr, arg.ptr + arg.nbytes)
                 accesses = by_range.get(key)
                 if accesses is None:
                     accesses = by_range[key] = _Accesses(stream)
-                accesses.add(i, k, "w" in arg.access, stream)   # ``Arg.writes``, inlined
+                elif stream != accesses.stream:
+                    accesses.stream = None
+                writes = "w" in arg.access   # ``Arg.writes`` and ``_Accesses.add``, inlined: every argument of every node
+                accesses.items.append((i, k, writes))
+                if writes:
+                    accesses.writers |= bit
+                    accesses.arg[i] = k       # name the write when a node both reads and writes
+                else:
+                    accesses.readers |= bit
+                    accesses.arg.setdefault(i, k)
     free_steps = [f.step for f in g.frees]
     racing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
     after_free: dict[int, dict[tuple[int, int], tuple[int, int, int, int]]] = {}
@@ -69,18 +79,6 @@ class _Accesses:
         self.readers = 0
         self.arg: dict[int, int] = {}                   # node -> an arg index
         self.stream = stream                            # the one stream every access is on, if one
-
-    def add(self, node: int, arg: int, writes: bool, stream: str | None) -> None:
-        if stream != self.stream:
-            self.stream = None
-        self.items.append((node, arg, writes))
-        bit = 1 << node
-        if writes:
-            self.writers |= bit
-            self.arg[node] = arg          # name the write when a node both reads and writes
-        else:
-            self.readers |= bit
-            self.arg.setdefault(node, arg)
 
 
 def _unordered(later: _Accesses, earlier: _Accesses,

@@ -33,6 +33,7 @@ class WeightsRebound:
 
     def __init__(self) -> None:
         self._used: Intervals[list[User]] = Intervals()           # what captured graphs' nodes use, by range
+        self._unindexed: list[tuple[GraphId, list[Launch]]] = []   # captures not in ``_used`` yet (``_rebound``)
         self._waiting: dict[GraphId, list[tuple[Rebind, User]]] = {}
         self._seen: set[tuple[GraphId, str, str]] = set()         # (graph, owner, attr): reported or waiting
 
@@ -46,7 +47,7 @@ class WeightsRebound:
         elif kind is Capture and r.op == "end":
             g = index.graph(r.graph)
             if not g.failed:
-                self._captured(g.id, g.nodes)
+                self._unindexed.append((g.id, g.nodes))   # indexed by range at the next rebind: most programs make none
         return []
 
     def _captured(self, gid: GraphId, nodes: list[Launch]) -> None:
@@ -65,6 +66,9 @@ class WeightsRebound:
     def _rebound(self, r: Rebind) -> None:
         if (r.new_ptr, r.new_nbytes) == (r.old_ptr, r.old_nbytes) or not r.old_ptr:
             return                       # the same memory under a new tensor object: graphs see no change
+        for gid, nodes in self._unindexed:
+            self._captured(gid, nodes)
+        self._unindexed.clear()
         for _, users in self._used.overlapping(r.old_ptr, r.old_ptr + max(r.old_nbytes, 1)):
             for user in users:
                 key = (user[0], r.owner, r.attr)

@@ -27,6 +27,7 @@ _NOT_USER_PARTS = (f"{os.sep}triton{os.sep}", "<frozen ")
 UNKNOWN = ""
 
 _files: dict[CodeType, str | None] = {}   # code object -> its shown file name, None: not the user's
+_sites: dict[tuple[CodeType, int], str] = {}   # (user code, instruction offset) -> its ``"file:line"``
 
 
 def _shown(code: CodeType) -> str | None:
@@ -60,7 +61,12 @@ def user_site(skip: int = 1) -> str:
         except KeyError:
             shown = files[code] = _shown(code)
         if shown is not None:
-            return f"{shown}:{frame.f_lineno}"
+            key = (code, frame.f_lasti)   # the instruction: its line is worked out once (``f_lineno`` scans)
+            try:
+                return _sites[key]
+            except KeyError:
+                site = _sites[key] = f"{shown}:{frame.f_lineno}"
+                return site
         frame = frame.f_back
     return UNKNOWN
 
