@@ -45,6 +45,24 @@ def test_a_rebind_before_the_capture_or_onto_the_same_memory_changes_nothing_a_g
     assert t.check() == []
 
 
+def test_a_rebind_finds_every_graph_captured_before_it_and_none_captured_after():
+    # The checker indexes captures by address only when the first rebind comes (most programs make
+    # none): the graphs captured before each rebind are the ones it can reach, whenever they were indexed.
+    t = Tracer()
+    linear_graph(t)                                                  # graph 0 reads WEIGHT
+    t.capture(1, lambda: t.launch("proj", arg(3, W + 1024), arg(*WEIGHT, label="weight"), arg(4, W + 1536, "w")))
+    first = t.rebind("mlp", "weight", WEIGHT, NEW)
+    t.capture(2, lambda: t.launch("proj", arg(3, W + 1024), arg(*NEW, label="weight"), arg(4, W + 2048, "w")))
+    second = t.rebind("mlp", "weight", NEW, (7, W + 12288))
+    for gid in (0, 1, 2):
+        t.replay(gid, 0)
+    found = t.check()
+    assert numbers(found) == [14, 14, 14]
+    by_graph = {f.why.split("Graph ", 1)[1].split(" ", 1)[0]: f for f in found}
+    assert {g: f.step for g, f in by_graph.items()} == {"0": first.step, "1": first.step, "2": second.step}
+    assert by_graph["2"].pointers == (NEW[1], W + 12288)
+
+
 def test_the_old_tensors_free_is_rule_14s_and_not_reported_again_by_rule_10():
     t = Tracer()
     linear_graph(t)
