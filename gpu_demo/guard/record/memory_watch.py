@@ -63,27 +63,54 @@ class Ranges:
 
 
 class MemoryWatch(TorchFunctionMode):
-    """Runs each call through ``record`` when one of its tensors lies on watched memory."""
+    """Runs each call through ``record`` when one of its tensors lies on watched memory.
+
+    ``__torch_function__`` runs for every call a program makes: its common case (positional
+    tensors, none on watched memory) is inlined, ``Ranges.touches`` included."""
 
     def __init__(self, record: Callable[[Callable[..., Any], tuple, dict], Any]) -> None:
         super().__init__()
         self.ranges = Ranges()
         self._record = record
 
+    @property
+    def ranges(self) -> Ranges:
+        return self._ranges
+
+    @ranges.setter
+    def ranges(self, ranges: Ranges) -> None:
+        self._ranges, self._los, self._his = ranges, ranges.los, ranges.his
+
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 (torch's signature)
-        kwargs = kwargs or {}
+        if kwargs is None:
+            kwargs = {}
         if type(func) is _GETTER or func in _METADATA:
             return func(*args, **kwargs)
-        if self.ranges and (self._touched(args) or (kwargs and self._touched(kwargs.values()))):
-            return self._record(func, args, kwargs)
+        los = self._los
+        if los:
+            his = self._his
+            for v in args:
+                if isinstance(v, _Tensor):
+                    try:
+                        ptr = _data_ptr(v)
+                    except RuntimeError:   # no storage (a tracing tensor): no memory to watch
+                        continue
+                    if ptr:
+                        i = _bisect_left(los, ptr + (_numel(v) * _itemsize(v) or 1)) - 1
+                        if i >= 0 and his[i] > ptr:
+                            return self._record(func, args, kwargs)
+                elif (type(v) is list or type(v) is tuple or type(v) is _Storage) and self._touched((v,)):
+                    return self._record(func, args, kwargs)
+            if kwargs and self._touched(kwargs.values()):
+                return self._record(func, args, kwargs)
         return func(*args, **kwargs)
 
     def touched(self, named: Iterable[tuple[str, Any]]) -> bool:
         """Does one of a raw kernel's ``(name, value)`` arguments lie on watched memory?"""
-        return bool(self.ranges) and self._touched(value for _, value in named)
+        return bool(self._los) and self._touched(value for _, value in named)
 
     def _touched(self, values: Iterable[Any]) -> bool:
-        ranges = self.ranges
+        ranges = self._ranges
         los, his = ranges.los, ranges.his
         for v in values:
             if isinstance(v, _Tensor):
@@ -100,7 +127,7 @@ class MemoryWatch(TorchFunctionMode):
 
 
 def _on(los: list[int], his: list[int], t: torch.Tensor) -> bool:
-    """``Ranges.touches`` for ``t``'s bytes, inlined: the watch asks it of every tensor of every call."""
+    """``Ranges.touches`` for ``t``'s bytes, inlined (``MemoryWatch.__torch_function__`` inlines it again)."""
     try:
         ptr = _data_ptr(t)
     except RuntimeError:   # no storage (a tracing tensor): no memory to watch
