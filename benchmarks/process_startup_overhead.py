@@ -17,7 +17,12 @@ run spent in checks (the rest of its extra time is recording); ``gc_s``: the
 time the cyclic collector ran in each run; ``phases_s``: per mode, the medians of the seconds
 spent building the stack, in the warm-ups, in the captures' bodies, at their ends (where the
 check at each capture's end runs; ``check_s`` says how much of it) and, checked, in the last
-check. Writes JSON with provenance.
+check. ``host``: per mode and run, what the host gave it (``gpu_demo.lab.measure.overhead.host_usage``:
+CPU seconds, involuntary context switches, minor page faults, over the timed start-up) and
+``probe_s``, a fixed pure-Python loop timed just before it (the host's speed at that moment: the
+H200's host has slow spells); ``cpu_ratio``, the median of checked over unchecked CPU seconds, a
+diagnostic beside ``ratio``: a repeat whose wall-clock ratio is far above it, or whose probe was
+slow, was hit by the host. The target reads ``ratio`` only. Writes JSON with provenance.
 ``--profile PATH``: one more checked start-up, under cProfile, after the
 repeats; its top functions go to PATH (where the rest of the time goes).
 """
@@ -41,7 +46,7 @@ import torch
 
 from gpu_demo.guard.process import check_process
 from gpu_demo.guard.protocol import capture_replay
-from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.overhead import collector_time, host_speed_probe, host_usage
 from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import RunSettings
@@ -100,7 +105,8 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
     torch.cuda.init()
     checker = check_process("warn") if mode == "checked" else None
     profiler = cProfile.Profile() if profile else None
-    with collector_time() as gc_s, warnings.catch_warnings():
+    probe_s = host_speed_probe()
+    with collector_time() as gc_s, host_usage() as usage, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         if profiler is not None:
@@ -119,7 +125,8 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
         stats.sort_stats("tottime").print_stats(40)
         stats.sort_stats("cumulative").print_stats(40)
         profile.write_text(text.getvalue())
-    out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0], "phases_s": phases}
+    out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0], "phases_s": phases,
+           "host": {"probe_s": probe_s, **usage}}
     if checker is not None:
         out["findings"] = sum(len(r.findings) for r in checker.reports)
         out["checks"] = len(checker.reports)
@@ -187,6 +194,8 @@ def main(argv: list[str]) -> int:
         "check_s": [c["check_s"] for _, c in runs],   # of checked_s: the checks (the rest is recording)
         "gc_s": {"unchecked": [u["gc_s"] for u, _ in runs], "checked": [c["gc_s"] for _, c in runs]},
         "phases_s": {mode: Phases.medians([run[k] for run in runs]) for k, mode in enumerate(("unchecked", "checked"))},
+        "host": {mode: [run[k]["host"] for run in runs] for k, mode in enumerate(("unchecked", "checked"))},
+        "cpu_ratio": statistics.median(c["host"]["cpu_s"] / u["host"]["cpu_s"] for u, c in runs),
     }
     return report(result, args.out)
 

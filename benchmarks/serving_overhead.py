@@ -32,7 +32,9 @@ Each run reports its start-up seconds and, per block of ``--block`` steps (a
 multiple of 10; the device synchronized at both ends), the seconds per step,
 its resident memory at the block's end and its peak so far (and, checked, the
 seconds its checks took so far and the records it keeps; at its end, ``quiet``:
-whether the recorder stood aside with torch's GPU-trace reports off). The JSON has every
+whether the recorder stood aside with torch's GPU-trace reports off), and ``host``: what the host
+gave the run (``host_usage``: CPU seconds, involuntary context switches, minor faults) and the
+host's speed as it began (``probe_s``; see ``process_startup_overhead.py``). The JSON has every
 run; per mode the medians over repeats of each block's numbers, of the last
 block's time per step over the first's, and of the peak memory's growth after
 the first 1,000 steps; and the ratios to plain, each the median over repeats
@@ -73,7 +75,7 @@ from process_startup_overhead import fresh_process, report  # its neighbour: a s
 from gpu_demo.guard.process import check_process
 from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.guard.protocol.cuda_errors import one_line
-from gpu_demo.lab.measure.overhead import collector_time
+from gpu_demo.lab.measure.overhead import collector_time, host_speed_probe, host_usage
 from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import RunSettings
@@ -208,7 +210,8 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
     requests = batch_sizes(steps, max(sizes))
     out: dict[str, Any] = {"mode": mode}
     errors: dict[str, Any] = {"count": 0, "first": []}
-    with collector_time() as gc_s, warnings.catch_warnings(), torch.no_grad():
+    probe_s = host_speed_probe()
+    with collector_time() as gc_s, host_usage() as usage, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         try:
@@ -232,6 +235,7 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
             checker.check_now("when the serving ended")
             out["last_check_s"] = time.perf_counter() - start
     out["gc_s"] = gc_s[0]
+    out["host"] = {"probe_s": probe_s, **usage}
     if mode == "csan":
         out["errors"] = errors
     if checker is not None:

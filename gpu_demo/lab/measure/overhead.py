@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import statistics
 import time
 from contextlib import AbstractContextManager, contextmanager
@@ -171,6 +172,37 @@ def collector_time() -> Iterator[list[float]]:
         yield spent
     finally:
         gc.callbacks.remove(callback)
+
+
+PROBE_LOOPS = 200_000
+
+
+def host_speed_probe() -> float:
+    """Seconds a fixed pure-Python loop takes now (about 10 ms on a quiet host): the host's speed at
+    this moment. The H200's host runs everything up to 1.6 times slower for seconds at a time, so a
+    run's probe tells whether it fell in such a spell."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(PROBE_LOOPS):
+        total += i & 7
+    return time.perf_counter() - started
+
+
+@contextmanager
+def host_usage() -> Iterator[dict[str, float]]:
+    """What the host gave this process inside: ``cpu_s`` (user and system, all threads),
+    ``involuntary_switches`` (times the scheduler took a CPU away) and ``minor_faults``. A run whose
+    wall time is well over its CPU time, or that was switched out often, was held off the CPU by
+    other work rather than slowed by its own."""
+    usage: dict[str, float] = {}
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        yield usage
+    finally:
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        usage.update(cpu_s=after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+                     involuntary_switches=after.ru_nivcsw - before.ru_nivcsw,
+                     minor_faults=after.ru_minflt - before.ru_minflt)
 
 
 def _dry_pass(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> None:
