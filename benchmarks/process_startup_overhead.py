@@ -46,7 +46,7 @@ import torch
 
 from gpu_demo.guard.process import check_process
 from gpu_demo.guard.protocol import capture_replay
-from gpu_demo.lab.measure.overhead import collector_time, host_speed_probe, host_usage
+from gpu_demo.lab.measure.overhead import collector_time, host_usage
 from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import RunSettings
@@ -105,7 +105,6 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
     torch.cuda.init()
     checker = check_process("warn") if mode == "checked" else None
     profiler = cProfile.Profile() if profile else None
-    probe_s = host_speed_probe()
     with collector_time() as gc_s, host_usage() as usage, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
@@ -126,7 +125,7 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
         stats.sort_stats("cumulative").print_stats(40)
         profile.write_text(text.getvalue())
     out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0], "phases_s": phases,
-           "host": {"probe_s": probe_s, **usage}}
+           "host": usage}
     if checker is not None:
         out["findings"] = sum(len(r.findings) for r in checker.reports)
         out["checks"] = len(checker.reports)

@@ -75,7 +75,7 @@ from process_startup_overhead import fresh_process, report  # its neighbour: a s
 from gpu_demo.guard.process import check_process
 from gpu_demo.guard.protocol import capture_replay
 from gpu_demo.guard.protocol.cuda_errors import one_line
-from gpu_demo.lab.measure.overhead import collector_time, host_speed_probe, host_usage
+from gpu_demo.lab.measure.overhead import collector_time, host_usage
 from gpu_demo.lab.measure.overhead_stacks import plain_stack
 from gpu_demo.lab.measure.provenance import provenance
 from gpu_demo.lab.moe.settings import RunSettings
@@ -210,7 +210,6 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
     requests = batch_sizes(steps, max(sizes))
     out: dict[str, Any] = {"mode": mode}
     errors: dict[str, Any] = {"count": 0, "first": []}
-    probe_s = host_speed_probe()
     with collector_time() as gc_s, host_usage() as usage, warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
@@ -235,7 +234,7 @@ def child(mode: str, steps: int, block: int, layers: int, sizes: tuple[int, ...]
             checker.check_now("when the serving ended")
             out["last_check_s"] = time.perf_counter() - start
     out["gc_s"] = gc_s[0]
-    out["host"] = {"probe_s": probe_s, **usage}
+    out["host"] = usage
     if mode == "csan":
         out["errors"] = errors
     if checker is not None:

@@ -190,11 +190,12 @@ def host_speed_probe() -> float:
 
 @contextmanager
 def host_usage() -> Iterator[dict[str, float]]:
-    """What the host gave this process inside: ``cpu_s`` (user and system, all threads),
-    ``involuntary_switches`` (times the scheduler took a CPU away) and ``minor_faults``. A run whose
-    wall time is well over its CPU time, or that was switched out often, was held off the CPU by
-    other work rather than slowed by its own."""
-    usage: dict[str, float] = {}
+    """The host's speed on entry (``probe_s``, ``host_speed_probe``, not counted inside) and what it
+    gave this process inside: ``cpu_s`` (user and system, all threads), ``involuntary_switches``
+    (times the scheduler took a CPU away) and ``minor_faults``. A run whose wall time is well over
+    its CPU time, or that was switched out often, was held off the CPU by other work rather than
+    slowed by its own."""
+    usage: dict[str, float] = {"probe_s": host_speed_probe()}
     before = resource.getrusage(resource.RUSAGE_SELF)
     try:
         yield usage

@@ -12,7 +12,7 @@ def test_host_usage_counts_the_pages_touched_and_the_cpu_spent_inside_only():
         memory = bytearray(64 << 20)               # mapped, not yet touched
         memory[::PAGE] = b"\x01" * (len(memory) // PAGE)
         sum(range(2_000_000))
-    assert set(usage) == {"cpu_s", "involuntary_switches", "minor_faults"}
+    assert set(usage) == {"probe_s", "cpu_s", "involuntary_switches", "minor_faults"}
     assert usage["minor_faults"] >= len(memory) // HUGE_PAGE   # a fault per page written (4 KiB, or 2 MiB where huge)
     assert usage["cpu_s"] > 0 and usage["involuntary_switches"] >= 0
     with host_usage() as idle:
