@@ -71,7 +71,9 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
 
 void start() {
   TORCH_CHECK(handle_ == 0, "the observer is already on");
-  cuda_ = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA);
+  // A CUDA build on a machine without a GPU has the guard but no device: no stream to ask for.
+  cuda_ = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) &&
+          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->deviceCount() > 0;
   handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
                                            .needsInputs(true)
                                            .needsOutputs(true)
