@@ -36,7 +36,7 @@ def test_modes_without_plain_and_record_are_refused_with_a_reason():
     assert done.returncode == 2 and "needs plain and record" in done.stderr
 
 
-@pytest.mark.slow   # about two minutes of one core under valgrind: make check leaves it out
+@pytest.mark.slow   # about two minutes under valgrind: make check leaves it out
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="counting instructions needs valgrind")
 def test_the_recorder_costs_more_instructions_an_op_than_a_dispatch_mode_that_only_calls(tmp_path):
     result = run_benchmark("recorder_instructions.py", "--calls", "2", "--layers", "1", out=tmp_path / "r.json",
