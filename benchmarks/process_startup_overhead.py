@@ -24,7 +24,8 @@ H200's host has slow spells); ``cpu_ratio``, the median of checked over unchecke
 diagnostic beside ``ratio``: a repeat whose wall-clock ratio is far above it, or whose probe was
 slow, was hit by the host. The target reads ``ratio`` only. Writes JSON with provenance.
 ``--profile PATH``: one more checked start-up, under cProfile, after the
-repeats; its top functions go to PATH (where the rest of the time goes).
+repeats; its top functions go to PATH (where the rest of the time goes), the whole profile
+to PATH with the suffix ``.prof`` (``pstats``: callers, other orders).
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
         stats.sort_stats("tottime").print_stats(40)
         stats.sort_stats("cumulative").print_stats(40)
         profile.write_text(text.getvalue())
+        profiler.dump_stats(profile.with_suffix(".prof"))   # the whole profile, for pstats' other views
     out = {"mode": mode, "startup_s": elapsed, "graphs": graphs, "gc_s": gc_s[0], "phases_s": phases,
            "host": usage}
     if checker is not None:

@@ -26,8 +26,12 @@ _NOT_USER = tuple(str(p) + os.sep for p in (
 _NOT_USER_PARTS = (f"{os.sep}triton{os.sep}", "<frozen ")
 UNKNOWN = ""
 
-_files: dict[CodeType, str | None] = {}   # code object -> its shown file name, None: not the user's
-_sites: dict[tuple[CodeType, int], str] = {}   # (user code, instruction offset) -> its ``"file:line"``
+# Keyed by a code object's id: hashing a code object hashes its constants and names each time
+# (hundreds of nanoseconds for a model's ``forward``, twice an op). Each code object met is held
+# (``_held``), so its id stays its own.
+_files: dict[int, str | None] = {}   # id(code object) -> its shown file name, None: not the user's
+_sites: dict[tuple[int, int], str] = {}   # (id(user code), instruction offset) -> its ``"file:line"``
+_held: list[CodeType] = []
 
 
 def _shown(code: CodeType) -> str | None:
@@ -44,6 +48,16 @@ def _shown(code: CodeType) -> str | None:
     return path[len(cwd):] if path.startswith(cwd) else path
 
 
+def _file_of(code: CodeType) -> str | None:
+    """``_shown(code)``, worked out once per code object."""
+    try:
+        return _files[id(code)]
+    except KeyError:
+        _held.append(code)
+        shown = _files[id(code)] = _shown(code)
+        return shown
+
+
 def user_site(skip: int = 1) -> str:
     """``"file:line"`` of the innermost frame above the caller (``skip`` frames up) that is
     the user's, or ``""`` when every frame is library code, or there is none: an op the
@@ -57,11 +71,11 @@ def user_site(skip: int = 1) -> str:
     while frame is not None:
         code = frame.f_code
         try:
-            shown = files[code]
+            shown = files[id(code)]
         except KeyError:
-            shown = files[code] = _shown(code)
+            shown = _file_of(code)
         if shown is not None:
-            key = (code, frame.f_lasti)   # the instruction: its line is worked out once (``f_lineno`` scans)
+            key = (id(code), frame.f_lasti)   # the instruction: its line is worked out once (``f_lineno`` scans)
             try:
                 return _sites[key]
             except KeyError:
@@ -76,9 +90,7 @@ def user_stacklevel() -> int:
     frame above it (the line that ended a capture or replayed a graph); 1 when there is none."""
     frame, level = sys._getframe(2), 2
     while frame is not None:
-        code = frame.f_code
-        shown = _files[code] if code in _files else _files.setdefault(code, _shown(code))
-        if shown is not None:
+        if _file_of(frame.f_code) is not None:
             return level
         frame, level = frame.f_back, level + 1
     return 1
@@ -89,8 +101,7 @@ def raised_at(exc: BaseException) -> str:
     that raised, or called the library that raised), or ``""`` when none was the user's."""
     site, tb = UNKNOWN, exc.__traceback__
     while tb is not None:
-        code = tb.tb_frame.f_code
-        shown = _files[code] if code in _files else _files.setdefault(code, _shown(code))
+        shown = _file_of(tb.tb_frame.f_code)
         if shown is not None:
             site = f"{shown}:{tb.tb_lineno}"
         tb = tb.tb_next
@@ -102,7 +113,7 @@ def variable_name(tensor: object) -> str | None:
     of its ``self`` (``self.buffer``); ``None`` when it has none there. A look through one frame's
     locals: for the rare records that name a tensor to a person (a mutation), not for every op."""
     frame = sys._getframe(1)
-    while frame is not None and _files.setdefault(frame.f_code, _shown(frame.f_code)) is None:
+    while frame is not None and _file_of(frame.f_code) is None:
         frame = frame.f_back
     if frame is None:
         return None
