@@ -102,7 +102,7 @@ class Index:
     def add(self, r: Record) -> Record:
         """Index one more record (in record order); returns it as indexed (a ``Free`` the
         allocator hook left unsized gets its block's size)."""
-        kind = type(r)
+        kind = type(r)   # the kinds most records are, tested first
         if kind is Launch:
             if r.graph is None:
                 self.eager.append(r)
@@ -110,19 +110,6 @@ class Index:
                 g = self.graph(r.graph)
                 g.nodes.append(r)
                 g.uses.append(r)
-        elif kind is SkippedLaunch and r.graph is not None:
-            self.graph(r.graph).uses.append(r)
-        elif kind is Mutation and r.graph is not None:
-            self.graph(r.graph).mutations.append(r)
-        elif kind is HostRead and r.graph is not None:
-            self.graph(r.graph).host_reads.append(r)
-        elif kind is HostState:
-            self.graph(r.graph).host_states.append(r)
-        elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
-            self.views[r.tensor] = r
-            self.views_of[r.base].append(r)
-            if self.bounded and len(self.views) > VIEWS_KEPT:
-                self._forget_old_views()
         elif kind is Alloc:
             self.alloc_nbytes[r.ptr] = r.nbytes
             if self.capturing is None:
@@ -137,6 +124,19 @@ class Index:
                 self.eager.append(r)
             else:
                 self.graph(gid).frees.append(r)
+        elif kind is SkippedLaunch and r.graph is not None:
+            self.graph(r.graph).uses.append(r)
+        elif kind is Mutation and r.graph is not None:
+            self.graph(r.graph).mutations.append(r)
+        elif kind is HostRead and r.graph is not None:
+            self.graph(r.graph).host_reads.append(r)
+        elif kind is HostState:
+            self.graph(r.graph).host_states.append(r)
+        elif kind is View and r.base != r.tensor:   # a view op that returned its input links nothing
+            self.views[r.tensor] = r
+            self.views_of[r.base].append(r)
+            if self.bounded and len(self.views) > VIEWS_KEPT:
+                self._forget_old_views()
         elif kind is Capture:
             g = self.graph(r.graph)
             g.inputs = tuple(dict.fromkeys((*g.inputs, *r.inputs)))

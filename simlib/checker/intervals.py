@@ -102,6 +102,8 @@ class Intervals(Generic[V]):
     def clear(self, lo: DataPtr, hi: DataPtr) -> None:
         """Forget every range that starts in ``[lo, hi)``."""
         keys = self._keys
+        if not keys:   # most maps a rule clears at each free are empty
+            return
         first = bisect.bisect_left(keys, (lo,))
         if first == len(keys) or keys[first][0] >= hi:
             return

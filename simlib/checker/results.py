@@ -83,7 +83,7 @@ def _intermediates(g: Graph) -> Intervals[list[tuple[int, int]]]:
         if type(r) is Alloc:
             opened[r.ptr] = r
         elif (a := opened.pop(r.ptr, None)) is not None:
-            key = (a.ptr, a.ptr + max(a.nbytes, 1))
+            key = (a.ptr, a.ptr + (a.nbytes or 1))
             spans = dead.get(*key)
             if spans is None:
                 dead.put(*key, spans := [])

@@ -119,7 +119,7 @@ class FreedUnderGraph:
             if r.old_nbytes and (r.old_ptr, r.old_nbytes) != (r.new_ptr, r.new_nbytes):
                 self._rebound.put(r.old_ptr, r.old_ptr + r.old_nbytes, set(self._lived))
         elif kind is Alloc:
-            span = (r.ptr, r.ptr + max(r.nbytes, 1))
+            span = (r.ptr, r.ptr + (r.nbytes or 1))
             self._rebound.clear(*span)
             self._from_capture[r.ptr] = self._capturing
             if self._capturing:
@@ -143,7 +143,7 @@ class FreedUnderGraph:
             return []                    # graph-pool memory
         if self._capturing:
             self._during.append(free)
-        span = (free.ptr, free.ptr + max(free.nbytes, 1))
+        span = (free.ptr, free.ptr + (free.nbytes or 1))
         seen: set[GraphId] = set().union(*(gids for _, gids in self._rebound.overlapping(*span)))   # rule 14's
         for _, users in self._users.overlapping(*span):
             for lived, user in users:

@@ -76,7 +76,7 @@ class FreshBetweenGraphs:
             if r.graph is None:
                 self._eager(r)
         elif kind is Free:
-            self._writers.clear(r.ptr, r.ptr + max(r.nbytes, 1))
+            self._writers.clear(r.ptr, r.ptr + (r.nbytes or 1))
         elif kind is Rebind:
             for _, inputs in self._by_range.overlapping(r.old_ptr, r.old_ptr + max(r.old_nbytes, 1)):
                 for inp in inputs:

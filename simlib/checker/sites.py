@@ -17,6 +17,7 @@ from ..trace import Capture, Record
 from .findings import Finding
 
 NEAR = "near "
+_SITED: dict[type, bool] = {}   # a record type -> does it have a ``site`` (most records, allocations and frees, have none)
 
 
 def located(findings: list[Finding], records: Iterable[Record]) -> list[Finding]:
@@ -56,12 +57,15 @@ class SiteBook:
 
     def add(self, records: Iterable[Record]) -> None:
         """Book the lines of ``records``, fed in order."""
-        lines = self._lines
+        lines, sited = self._lines, _SITED
         for r in records:
-            if type(r) is Capture:
+            kind = type(r)
+            if kind is Capture:
                 self._in_capture = r.op == "begin"
-            site = getattr(r, "site", "")
-            if site:
+            has = sited.get(kind)
+            if has is None:
+                has = sited[kind] = hasattr(kind, "site")
+            if has and (site := r.site):
                 steps, sites = self._captured if self._in_capture else self._eager
                 steps.append(r.step)
                 sites.append(lines.setdefault(site, site))
