@@ -71,6 +71,24 @@ def test_a_triton_launch_freezes_its_number_arguments_beside_its_tensors(streams
     assert launch.site.startswith(f"tests/gpu_demo/guard/record/{HERE}:")
 
 
+def test_the_same_function_in_two_files_gives_each_launch_its_own_file(streams, tmp_path):
+    """Two cells of a notebook (or two copies of a helper) define the same function on the same
+    line: their code objects compare equal, but a launch names the file it came from."""
+    source = "def step(x):\n    return x * 2\n"
+    steps = []
+    for name in ("cell_a.py", "cell_b.py"):
+        namespace: dict = {}
+        exec(compile(source, str(tmp_path / name), "exec"), namespace)
+        steps.append(namespace["step"])
+    assert steps[0].__code__ == steps[1].__code__   # what a cache keyed by the code object would merge
+    x = torch.randn(4)
+    with recording(streams) as recorder:
+        for step in steps:
+            step(x)
+    first, second = kernels(recorder.trace, "aten.mul")
+    assert (first.site, second.site) == (f"{tmp_path / 'cell_a.py'}:2", f"{tmp_path / 'cell_b.py'}:2")
+
+
 def test_an_op_issued_where_no_python_frame_is_above_the_recorder_has_no_site(streams):
     """The autograd engine runs a CUDA backward's ops on a C++ thread of its own: there the
     recorder's ``__torch_dispatch__`` is the first Python frame (a thread started on a C
