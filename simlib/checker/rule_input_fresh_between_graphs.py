@@ -78,7 +78,7 @@ class FreshBetweenGraphs:
         elif kind is Free:
             self._writers.clear(r.ptr, r.ptr + (r.nbytes or 1))
         elif kind is Rebind:
-            for _, inputs in self._by_range.overlapping(r.old_ptr, r.old_ptr + max(r.old_nbytes, 1)):
+            for _, inputs in self._by_range.overlapping(r.old_ptr, r.old_ptr + (r.old_nbytes or 1)):
                 for inp in inputs:
                     inp.rebound = True
         elif kind is Replay:
