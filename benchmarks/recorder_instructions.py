@@ -150,13 +150,13 @@ def main(argv: list[str]) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.calls, args.layers, args.ready)))
         return 0
+    if not {"plain", "record"} <= set(args.modes):   # the command line first: wrong on any machine
+        parser.error("--modes needs plain and record: per-op figures are counted above plain, per recorded op")
     missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
     if missing:
         print(f"recorder_instructions: needs {' and '.join(missing)} on the PATH (apt install valgrind)",
               file=sys.stderr)
         return 2
-    if not {"plain", "record"} <= set(args.modes):
-        parser.error("--modes needs plain and record: per-op figures are counted above plain, per recorded op")
     modes = [mode for mode in MODES if mode in args.modes]
     if "observer" in modes:
         _observer()   # built here once, before the children load it
