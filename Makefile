@@ -50,7 +50,7 @@ test: $(TESTER)  ## every test CI runs
 	$(BIN)/python -m pytest tests -m browser -o addopts= $(PYTEST_ARGS)
 
 # The quick loop while editing: no notebooks, no browser, no slow test, tests spread over the cores.
-check: $(TESTER)  ## the fast tests (no nbval, no browser, no slow test), about four minutes on two cores
+check: $(TESTER)  ## the fast tests (no nbval, no browser, no slow test), about two minutes on two cores
 	$(BIN)/python -m pytest tests -m "not browser and not slow" -o addopts= -q -n auto $(PYTEST_ARGS)
 
 lint: $(TESTER)  ## ruff, configured in pyproject.toml
