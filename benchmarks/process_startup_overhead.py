@@ -140,12 +140,19 @@ def child(mode: str, layers: int, sizes: tuple[int, ...], profile: Path | None =
     return out
 
 
+def quiet_repeats(probes: list[tuple[float | None, ...]]) -> list[int]:
+    """Which repeats (each its children's ``probe_s``; ``None``: a child that reported none) met the
+    host at its quickest: every child's probe within ``QUIET`` of the fastest probe of the run."""
+    fastest = min((p for repeat in probes for p in repeat if p is not None), default=None)
+    return [k for k, repeat in enumerate(probes)
+            if fastest is not None and all(p is not None and p <= QUIET * fastest for p in repeat)]
+
+
 def quiet(runs: list[tuple[dict, dict]]) -> dict:
-    """The repeats (unchecked, checked) whose children both probed the host within ``QUIET`` of the
-    run's fastest probe: how many, and the median of their ratios (``None`` where none did)."""
-    fastest = min(child["host"]["probe_s"] for run in runs for child in run)
-    ratios = [checked["startup_s"] / unchecked["startup_s"] for unchecked, checked in runs
-              if max(unchecked["host"]["probe_s"], checked["host"]["probe_s"]) <= QUIET * fastest]
+    """The quiet repeats (unchecked, checked): how many, and the median of their ratios (``None``
+    where none was)."""
+    ratios = [runs[k][1]["startup_s"] / runs[k][0]["startup_s"]
+              for k in quiet_repeats([(u["host"]["probe_s"], c["host"]["probe_s"]) for u, c in runs])]
     return {"probe_within": QUIET, "repeats": len(ratios), "ratio": statistics.median(ratios) if ratios else None}
 
 

@@ -215,6 +215,21 @@ def test_the_summary_takes_medians_per_block_and_pairs_each_ratio_within_its_rep
     assert targets["checked_memory_growth_mb"] == {"value": 20, "under": 50.0, "met": True}
 
 
+def test_quiet_pairs_the_last_block_over_the_repeats_whose_two_runs_met_the_host_at_its_quickest(serving):
+    def probed(per_step: list[float], probe_ms: float) -> dict:
+        return run(per_step, [100] * len(per_step), host={"probe_s": probe_ms / 1000})
+
+    runs = [{"plain": probed([1.0, 1.0], 6.5), "checked": probed([1.8, 1.6], 7.0)},    # quiet: 1.6
+            {"plain": probed([1.0, 1.0], 6.6), "checked": probed([2.5, 2.4], 14.0)},   # its checked run was slow
+            {"plain": probed([1.0, 1.1], 7.8), "checked": probed([2.0, 1.98], 6.5)},   # quiet (7.8 <= 1.2 x 6.5): 1.8
+            {"plain": run([1.0, 1.0], [100, 100]), "checked": probed([3.0, 3.0], 6.5)}]   # plain reported no probe
+    summary = serving.summarize(runs, ("plain", "checked"))
+    assert summary["quiet"] == {"probe_within": 1.2, "repeats": 2, "checked_last_block_over_plain": pytest.approx(1.7)}
+    assert summary["targets"]["checked_last_block_over_plain"]["value"] == pytest.approx(2.1)   # all: 1.6, 2.4, 1.8, 3.0
+    slow = [{"plain": probed([1.0], 6.5), "checked": probed([2.0], 9.0)}]
+    assert serving.summarize(slow, ("plain", "checked"))["quiet"]["checked_last_block_over_plain"] is None
+
+
 def test_a_failed_run_is_listed_and_left_out_and_a_missing_value_misses_its_target(serving):
     runs = [{"plain": run([1.0, 1.0], [100, 100]), "checked": {"mode": "checked", "failed": "timed out"},
              "csan": {"mode": "csan", "startup_error": "race: aten::mm on stream 1 after aten::copy_ on stream 2"}},

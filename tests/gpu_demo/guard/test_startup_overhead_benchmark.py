@@ -39,3 +39,8 @@ def test_a_repeat_with_either_child_in_a_slow_spell_is_left_out_of_the_quiet_rat
 def test_no_quiet_repeat_gives_no_ratio_rather_than_a_made_up_one(startup):
     runs = [repeat(0.36, 0.72, (6.5, 9.0)), repeat(0.37, 0.74, (9.5, 6.5))]
     assert startup.quiet(runs) == {"probe_within": 1.2, "repeats": 0, "ratio": None}
+
+
+def test_a_child_that_reported_no_probe_is_never_counted_quiet(startup):
+    assert startup.quiet_repeats([(6.5, None), (6.6, 7.0), (None, None)]) == [1]
+    assert startup.quiet_repeats([(None, None)]) == []
