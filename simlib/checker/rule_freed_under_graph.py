@@ -197,7 +197,7 @@ class FreedUnderGraph:
             else:
                 users.append((lived, user))
         for free in during:
-            users = lived.used.overlapping(free.ptr, free.ptr + max(free.nbytes, 1))
+            users = lived.used.overlapping(free.ptr, free.ptr + (free.nbytes or 1))
             if users and free.pool != lived.pool and self._new(lived, users[0][1]):
                 again = next((a for a in g.allocs if a.step > free.step and a.ptr == free.ptr), None)
                 self._wait(lived, _Waiting(free, users[0][1], True, again))

@@ -71,7 +71,7 @@ def _unwritten_reads(g: Graph) -> list[tuple[Launch, Arg]]:
     ranges = [((a.ptr, a.ptr + a.nbytes), node, a) for node in g.nodes for a in node.args
               if a.nbytes and a.ptr]
     written = Intervals((key, a) for key, _, a in ranges if "w" in a.access)
-    written.update(((r.ptr, r.ptr + max(r.nbytes, 1)), r) for r in g.allocs)
+    written.update(((r.ptr, r.ptr + (r.nbytes or 1)), r) for r in g.allocs)
     extents = g.input_extents(g.inputs)
     inputs = [(p, p + extents[p]) for p in g.inputs]
     return [(node, a) for (lo, hi), node, a in ranges
@@ -99,7 +99,7 @@ def _allocated(ptrs: tuple[DataPtr, ...], before: int, index: Index) -> dict[Dat
     for r in index.eager:
         if type(r) is Alloc and r.step < before:
             for p in ptrs:
-                if r.ptr <= p < r.ptr + max(r.nbytes, 1):
+                if r.ptr <= p < r.ptr + (r.nbytes or 1):
                     since[p] = r.step
     return since
 

@@ -40,12 +40,12 @@ def rebuilt_inputs(calls: list[CallRecord], index: Index) -> Iterator[Finding]:
 
 def _h2d_writer(call: CallRecord, reader: Launch, arg: Arg) -> Launch | None:
     """The last host-to-device copy of ``call`` before ``reader`` that wrote bytes ``arg`` reads."""
-    lo, hi = arg.ptr, arg.ptr + max(arg.nbytes, 1)
+    lo, hi = arg.ptr, arg.ptr + (arg.nbytes or 1)
     writer = None
     for launch in call.of_role(H2D):
         if launch.step >= reader.step:
             break
-        if any(a.writes and a.ptr < hi and lo < a.ptr + max(a.nbytes, 1) for a in launch.args):
+        if any(a.writes and a.ptr < hi and lo < a.ptr + (a.nbytes or 1) for a in launch.args):
             writer = launch
     return writer
 

@@ -69,7 +69,7 @@ class WeightsRebound:
         for gid, nodes in self._unindexed:
             self._captured(gid, nodes)
         self._unindexed.clear()
-        for _, users in self._used.overlapping(r.old_ptr, r.old_ptr + max(r.old_nbytes, 1)):
+        for _, users in self._used.overlapping(r.old_ptr, r.old_ptr + (r.old_nbytes or 1)):
             for user in users:
                 key = (user[0], r.owner, r.attr)
                 if key not in self._seen:
