@@ -4,7 +4,9 @@ The guard captures ``fn`` in a child process (a device fault must never kill
 the caller), so ``fn`` must be something a fresh Python process can rebuild:
 
 * a ``"module:callable"`` string (``"mypkg.layers:make"``; a dotted path after the
-  colon reaches a nested attribute);
+  colon reaches a nested attribute), or ``"path/to/file.py:callable"``: the file is
+  run as ``python file.py`` would import it (its folder first on ``sys.path``, so it
+  imports its neighbours), once per process;
 * a module-level function or class (pickled by reference: the child imports it);
 * a function, closure, lambda or class defined in ``__main__`` (a notebook cell,
   a script) or inside a function: ``cloudpickle`` sends it by value, with the
@@ -39,10 +41,15 @@ can run on its own instance and never touch the captured one's static buffers.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import pickle
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Sequence
 
 import torch
@@ -75,15 +82,12 @@ class Built:
 
 
 def load(spec: str) -> Any:
-    """The object ``"module:attr.path"`` names."""
+    """The object ``"module:attr.path"`` or ``"file.py:attr.path"`` names."""
     module_name, sep, attr_path = spec.partition(":")
     if not sep or not module_name or not attr_path:
-        raise TargetError(f"{spec!r} is not 'module:callable' (for example 'gpu_demo.lab.corpus.safe_dual_stream:make')")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TargetError(f"cannot import module {module_name!r} of {spec!r}: {exc}; "
-                          "is it on PYTHONPATH (run from the project root)?") from exc
+        raise TargetError(f"{spec!r} is not 'module:callable' (for example 'gpu_demo.lab.corpus.safe_dual_stream:make') "
+                          "or 'path/to/file.py:callable'")
+    obj: Any = _module(module_name, spec)
     for part in attr_path.split("."):
         if not hasattr(obj, part):
             raise TargetError(f"module {module_name!r} has no {attr_path!r} (looked for {part!r})")
@@ -91,6 +95,55 @@ def load(spec: str) -> Any:
     if not callable(obj):
         raise TargetError(f"{spec!r} names a {type(obj).__name__}, not a callable")
     return obj
+
+
+def _module(name: str, spec: str) -> ModuleType:
+    """The module a target names: imported by its dotted name, or run from its file. What its own
+    code raises on the way is the user's error, told in one line with the line that raised it."""
+    try:
+        return _module_of_file(Path(name), spec) if name.endswith(".py") else importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and f"{name}.".startswith(f"{exc.name}."):   # the target's own, not one it imports
+            raise TargetError(f"cannot import module {name!r} of {spec!r}: {exc}; is it on PYTHONPATH (run from "
+                              "the project root)? A file is named by its path ending in .py ('layers.py:make')") from exc
+        raise TargetError(f"importing {name!r} of {spec!r} failed: {_raised(exc)}") from exc
+    except TargetError:
+        raise
+    except Exception as exc:   # its own code failed: a syntax error, an exception at import
+        raise TargetError(f"importing {name!r} of {spec!r} failed: {_raised(exc)}") from exc
+
+
+def _module_of_file(path: Path, spec: str) -> ModuleType:
+    """``path`` run as a module once per process, under a name of its own (its stem and a digest
+    of its place: two files of one name stay two modules), with its folder on ``sys.path``."""
+    if not path.is_file():
+        raise TargetError(f"no file {str(path)!r} (of {spec!r}): give a Python file's path, or its module's "
+                          "dotted name ('mypkg.layers:make')")
+    place = path.resolve()
+    name = f"_target_{place.stem}_{hashlib.sha1(str(place).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(place.parent) not in sys.path:
+        sys.path.insert(0, str(place.parent))   # as ``python file.py`` has it: its neighbours import
+    module_spec = importlib.util.spec_from_file_location(name, place)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _raised(exc: BaseException) -> str:
+    """``"SyntaxError: invalid syntax (at layers.py:2)"``: what the target's code raised, and where."""
+    from gpu_demo.guard.record.call_site import raised_at
+
+    if isinstance(exc, SyntaxError):
+        return f"SyntaxError: {exc.msg} (at {exc.filename}:{exc.lineno})"
+    site = raised_at(exc)
+    return f"{type(exc).__name__}: {exc}" + (f" (at {site})" if site else "")
 
 
 def resolve(target: Target) -> Any:
@@ -115,10 +168,11 @@ def name_of(target: Target) -> str:
 
 
 def portable(target: Target) -> bytes | str:
-    """What travels to the child: the string itself, or the object pickled (by value with
-    ``cloudpickle`` where the child could not import it: ``__main__``, a closure, a lambda)."""
+    """What travels to the child: the string itself (a file's path made absolute), or the object
+    pickled (by value with ``cloudpickle`` where the child could not import it: ``__main__``, a
+    closure, a lambda)."""
     if isinstance(target, str):
-        return target
+        return _placed(target)
     if cloudpickle is None and _not_importable(target):
         raise TargetError(
             f"{name_of(target)} is defined in __main__ or inside a function, which a child process cannot "
@@ -131,6 +185,12 @@ def portable(target: Target) -> bytes | str:
             f"{name_of(target)} cannot be sent to a child process ({type(exc).__name__}: {exc}). Pass its "
             "class or a factory function instead (built in the child), or a 'module:callable' string, "
             "or isolate=False to run in this process.") from exc
+
+
+def _placed(spec: str) -> str:
+    """``spec`` with its file's path made absolute: the child finds it from any folder."""
+    module_name, sep, attr_path = spec.partition(":")
+    return f"{Path(module_name).resolve()}{sep}{attr_path}" if sep and module_name.endswith(".py") else spec
 
 
 def _not_importable(target: Any) -> bool:

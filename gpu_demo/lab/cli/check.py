@@ -9,7 +9,7 @@
 ``recorder-overhead``     time to record and check a 61-layer capture against the plain capture
                           (``--dry-run``: the recorder's cost per op on a machine without CUDA)
 
-TARGET is ``module:callable``. A class, a function of no parameters, or a function
+TARGET is ``module:callable`` or ``path/to/file.py:callable``. A class, a function of no parameters, or a function
 whose first two parameters are ``device, dtype`` is a factory, built on the device
 in the child; it may return ``(fn, example_inputs)``, and then ``--input-shape`` is
 optional. Anything else is called on the inputs. See ``gpu_demo.guard.target``.
@@ -46,7 +46,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "inputs against an eager reference. Without CUDA only a CPU dry run runs, which is never a pass.",
         epilog="exit status: 0 passed, 1 NOT capture-safe (or graph and eager differ), 2 bad usage, "
                "3 could not check, 4 NOT CHECKED ON A GPU (a CPU dry run only)")
-    check.add_argument("target", help="module:callable (a function, a class or a factory; see gpu_demo.guard.target)")
+    check.add_argument("target", help="module:callable or file.py:callable (a function, a class or a factory; "
+                                      "see gpu_demo.guard.target)")
     check.add_argument("--input-shape", type=_shape, action="append", default=[], metavar="D0,D1,...",
                        help="shape of one example input (repeat for several inputs; random values)")
     check.add_argument("--dtype", type=dtype_name, choices=tuple(DTYPES), default="bfloat16",

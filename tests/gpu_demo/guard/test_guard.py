@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import pytest
 import torch
@@ -90,6 +91,37 @@ def child_raises(payload, checkpoint):
 def test_a_bad_target_string_says_what_is_wrong(spec, message):
     with pytest.raises(TargetError, match=message):
         load(spec)
+
+
+@pytest.mark.parametrize("source, message", [
+    ("def make(:\n    pass\n", r"SyntaxError: invalid syntax \(at .*bad\.py:1\)"),
+    ("import torch\nraise RuntimeError('boom at import')\n", r"RuntimeError: boom at import \(at .*bad\.py:2\)"),
+    ("import no_such_package_of_ours\n", r"No module named 'no_such_package_of_ours' \(at .*bad\.py:1\)"),
+])
+def test_a_target_whose_own_code_fails_says_what_failed_and_where(tmp_path, monkeypatch, source, message):
+    (tmp_path / "bad.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for spec in ("bad:make", f"{tmp_path / 'bad.py'}:make"):   # imported by name, or run from its file
+        with pytest.raises(TargetError, match=message):
+            load(spec)
+        monkeypatch.delitem(sys.modules, "bad", raising=False)
+
+
+def test_a_target_file_runs_once_beside_its_neighbours_and_travels_by_its_whole_path(tmp_path, monkeypatch):
+    (tmp_path / "sizes.py").write_text("WIDTH = 4\n")
+    (tmp_path / "layers.py").write_text("import torch\nfrom sizes import WIDTH\n\n"
+                                        "def make():\n    return torch.nn.Linear(WIDTH, WIDTH)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))   # the file's folder goes first, as for ``python layers.py``
+    make = load("layers.py:make")
+    assert make().in_features == 4
+    assert load(f"{tmp_path / 'layers.py'}:make") is make   # one module per file, however it is named
+    assert portable("layers.py:make") == f"{tmp_path / 'layers.py'}:make"
+    assert portable("gpu_demo.lab.corpus.safe_dual_stream:make") == "gpu_demo.lab.corpus.safe_dual_stream:make"
+    with pytest.raises(TargetError, match="no file 'missing.py'"):
+        load("missing.py:make")
+    with pytest.raises(TargetError, match="module 'layers.py' has no 'nothing'"):
+        load("layers.py:nothing")
 
 
 def test_which_callables_are_factories():
