@@ -31,6 +31,7 @@ from gpu_demo.lab.cli.common import (
     no_cuda,
     positive_int,
     refuse_unwritable,
+    refuse_with_summary,
     write_result,
 )
 from simlib.glossary import COULD_NOT_CHECK, NOT_ON_GPU, PASSED
@@ -66,12 +67,14 @@ def register(commands: argparse._SubParsersAction) -> None:
     corpus.add_argument("--replays", type=positive_int, default=3, help="replays with fresh inputs per program")
     corpus.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of weights and inputs")
     corpus.add_argument("--timeout", type=positive_int, default=300, help="seconds before a child is abandoned")
-    corpus.add_argument("--only", nargs="+", metavar="PROGRAM", help="run only these programs (default: every program)")
+    corpus.add_argument("--only", nargs="+", metavar="PROGRAM",
+                        help="run (or with --summary, show) only these programs (default: every program)")
     corpus.add_argument("--anchors", action="store_true",
                         help="also run each program under TORCH_CUDA_SANITIZER=1 and compute-sanitizer memcheck")
     corpus.add_argument("--summary", action="store_true",
-                        help="print docs/results.md's corpus paragraph from the committed results (no GPU)")
-    corpus.set_defaults(handler=_corpus)
+                        help="print docs/results.md's corpus paragraph from the committed results (no GPU; "
+                             "with --only, those programs' rows)")
+    corpus.set_defaults(handler=_corpus, command_parser=corpus)
 
     overhead = commands.add_parser("recorder-overhead", help="record+check time of a deep capture vs plain capture")
     overhead.add_argument("--layers", type=positive_int, default=61, help="layers in each stack captured")
@@ -125,19 +128,24 @@ def exit_code(answer: str) -> int:
     return {PASSED: 0, COULD_NOT_CHECK: 3, NOT_ON_GPU: 4}.get(answer, 1)
 
 
+CORPUS_RUN_FLAGS = ("out", "jobs", "replays", "dtype", "timeout", "anchors")   # a run's: none goes with --summary
+
+
 def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
     from gpu_demo.lab import corpus
     from gpu_demo.lab.corpus import runner
 
-    if args.summary:
-        print(runner.summary(runner.load_results()))
-        return 0
     names = args.only or list(corpus.PROGRAMS)
     unknown = sorted(set(names) - set(corpus.PROGRAMS))
     if unknown:
         print(f"gpu_demo corpus: unknown program(s) {', '.join(unknown)}; the programs are: "
               + ", ".join(corpus.PROGRAMS), file=sys.stderr)
         return 2
+    if args.summary:
+        refused = refuse_with_summary("gpu_demo corpus", args, args.command_parser, CORPUS_RUN_FLAGS)
+        if refused is None:
+            print(runner.summary(runner.load_results(), only=args.only))
+        return refused or 0
     refused = refuse_unwritable("corpus", args, "out")
     if refused is not None:
         return refused

@@ -35,6 +35,19 @@ def cannot_write(command: str, flag: str, path: Path, why: str) -> int:
     return 2
 
 
+def refuse_with_summary(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser,
+                        run_flags: tuple[str, ...]) -> int | None:
+    """2, after saying why, when a flag of a run on the GPU (``run_flags``, by dest) came with
+    ``--summary``, which prints the committed results and runs nothing: a flag said and then ignored
+    would answer a question nobody asked; ``None`` when none did."""
+    given = [f"--{dest}" for dest in run_flags if getattr(args, dest) != parser.get_default(dest)]
+    if not given:
+        return None
+    print(f"{command}: --summary prints the committed results and runs nothing: leave out {', '.join(given)}, "
+          "or leave out --summary to run on a GPU", file=sys.stderr)
+    return 2
+
+
 def refuse_unwritable(command: str, args: argparse.Namespace, *flags: str) -> int | None:
     """2, after saying why, when an output flag of ``args`` names a path that cannot be written
     (checked before a long run rather than after it); ``None`` when every one can be."""

@@ -240,24 +240,26 @@ def _outcome(truth: dict[str, Any]) -> str:
     return f"{outcome} [{errors}]" if errors else outcome
 
 
-def summary(results: dict[str, Any] | None) -> str:
-    """docs/results.md's corpus paragraph and table, from a results file (a placeholder without one)."""
+def summary(results: dict[str, Any] | None, only: list[str] | None = None) -> str:
+    """docs/results.md's corpus paragraph and table, from a results file (a placeholder without one);
+    ``only``: those programs' rows, and the counts over them."""
     if results is None:
         return README_PLACEHOLDER
-    programs = results["programs"]
+    programs = [r for r in results["programs"] if only is None or r["name"] in only]
     functions = [r for r in programs if r.get("guard") is not None]
     hazardous = [r for r in functions if r["expected"] == corpus.HAZARDOUS]
     safe = [r for r in functions if r["expected"] == corpus.SAFE]
     by_rule = sum(any(reason.startswith("rule ") for reason in r["flagged_by"]) for r in hazardous)
     p = results["provenance"]
     sentence = (
-        f"On the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), `check_capture` flagged "
+        ("Of the programs asked for, o" if only else "O") +
+        f"n the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), `check_capture` flagged "
         f"{sum(bool(r['flagged_by']) for r in hazardous)} of {len(hazardous)} hazardous programs "
         f"({by_rule} by a checker rule) and passed {sum(judged(r) for r in safe)} of {len(safe)} safe ones "
         f"with no finding. {_process_sentence(programs)} GPU truth: each program captured and replayed "
         f"{results['replays']} times with fresh inputs against an eager reference (a script: its own "
         f"comparisons with eager).")
-    missing = [name for name in corpus.PROGRAMS if name not in {r["name"] for r in programs}]
+    missing = [name for name in only or corpus.PROGRAMS if name not in {r["name"] for r in programs}]
     if missing:
         sentence += f" Not run on the GPU yet: {', '.join(f'`{name}`' for name in missing)}."
     lines = ["| program | expected | GPU truth | `check_capture` flagged by | whole-process rules "

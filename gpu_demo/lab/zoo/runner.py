@@ -179,12 +179,13 @@ def _guard_cell(guard: dict[str, Any]) -> str:
                                                                        if guard["problem"] else "")
 
 
-def summary(results: dict[str, Any] | None) -> str:
+def summary(results: dict[str, Any] | None, only: list[str] | None = None) -> str:
     """docs/results.md's zoo paragraph and table, from a results file (a placeholder without one); the
-    whole-process column once the results have it (a run from before it has none)."""
+    whole-process column once the results have it (a run from before it has none). ``only``: those
+    entries' rows, and the counts over them."""
     if results is None:
         return README_PLACEHOLDER
-    entries = results["entries"]
+    entries = [r for r in results["entries"] if only is None or r["name"] in only]
     p = results["provenance"]
     whole = all("process" in r for r in entries)
     libraries = ", ".join(f"{name} {version}" for name, version in p["libraries"].items())
@@ -226,24 +227,35 @@ def _positive(text: str) -> int:
     return value
 
 
+RUN_FLAGS = ("out", "jobs", "replays", "dtype", "timeout")   # a run's: none goes with ``--summary``
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m {PROGRAM}", description="The model zoo on a GPU: truth, "
                                 "guard verdict and check time per entry, as JSON with provenance.")
     p.add_argument("--out", type=Path, help="the JSON results file to write (needed unless --summary)")
     p.add_argument("--jobs", type=_positive, default=4, help="entries checked at once (default 4)")
-    p.add_argument("--only", nargs="+", metavar="ENTRY", choices=zoo.NAMES, help="run only these entries")
+    p.add_argument("--only", nargs="+", metavar="ENTRY", choices=zoo.NAMES,
+                   help="run (or with --summary, show) only these entries")
     p.add_argument("--replays", type=_positive, default=3, help="replays with fresh inputs per entry")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bfloat16", help="dtype of weights and inputs")
     p.add_argument("--timeout", type=_positive, default=300, help="seconds before a child is abandoned")
-    p.add_argument("--summary", action="store_true", help="print docs/results.md's zoo block from the committed results")
+    p.add_argument("--summary", action="store_true",
+                   help="print docs/results.md's zoo block from the committed results (with --only, those entries' rows)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = parser().parse_args(argv)
-    if args.summary:
-        print(summary(load_results()))
+    command = parser()
+    args = command.parse_args(argv)
+    if args.summary:   # it runs nothing: a run's flag with it would be said and then ignored
+        given = [f"--{dest}" for dest in RUN_FLAGS if getattr(args, dest) != command.get_default(dest)]
+        if given:
+            print(f"{PROGRAM}: --summary prints the committed results and runs nothing: leave out "
+                  f"{', '.join(given)}, or leave out --summary to run on a GPU", file=sys.stderr)
+            return 2
+        print(summary(load_results(), only=args.only))
         return 0
     if args.out is None:
         print(f"{PROGRAM}: give --out FILE for the results (or --summary)", file=sys.stderr)

@@ -175,6 +175,21 @@ def test_the_commands_the_epilog_says_run_on_a_cpu_do(capsys, argv, first):
     assert capsys.readouterr().out.splitlines()[0].startswith(first)
 
 
+def test_the_corpus_summary_answers_for_the_programs_asked_and_refuses_a_runs_flags(capsys):
+    assert main(["corpus", "--summary", "--only", "safe_dual_stream", "serve_vllm_buckets"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == ["safe_dual_stream", "serve_vllm_buckets"]
+    assert out.startswith("Of the programs asked for, on the NVIDIA H200 (")
+    assert "passed 1 of 1 safe ones" in out and "passed 2 of 2 safe ones" in out   # check_capture, whole process
+    assert main(["corpus", "--summary", "--only", "no_such_program"]) == 2
+    assert "unknown program(s) no_such_program" in capsys.readouterr().err
+    assert main(["corpus", "--summary", "--jobs", "4", "--anchors"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("gpu_demo corpus: --summary prints the committed results and runs nothing: leave out --jobs, "
+                    "--anchors, or leave out --summary to run on a GPU")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="what a seat without CUDA answers")
 @pytest.mark.parametrize("command", ["run", "bench", "decode", "corpus", "recorder-overhead", "record"])
 def test_every_other_command_says_it_needs_cuda_in_one_line(capsys, command):

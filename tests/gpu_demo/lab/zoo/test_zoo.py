@@ -176,6 +176,11 @@ def test_the_runner_says_in_one_line_what_it_needs(capsys, tmp_path):
         assert not (tmp_path / "zoo.json").exists()
     assert runner.main(["--summary"]) == 0
     assert capsys.readouterr().out.strip() == runner.summary(runner.load_results()).strip()
+    assert runner.main(["--summary", "--only", "llama_decode", "resnet18_forward"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[:2] for row in rows] == [["| `resnet18`", "forward"], ["| `llama`", "decode"]]
+    assert runner.main(["--summary", "--out", str(tmp_path / "zoo.json")]) == 2   # --summary runs nothing
+    assert "--summary prints the committed results and runs nothing: leave out --out," in capsys.readouterr().err
 
 
 def test_run_zoo_joins_each_truth_to_its_check_and_says_when_the_truth_child_died(monkeypatch):
