@@ -217,8 +217,8 @@ def check_capture(
     """Record, check and (on a GPU) differentially replay ``fn(*inputs)``; never raises on a hazard.
 
     ``fn``           the function under test, a factory of it (a ``functools.partial`` of one too),
-                     or a ``"module:callable"`` string (``gpu_demo.guard.target``); a factory may
-                     supply the example inputs
+                     or a ``"module:callable"`` or ``"file.py:callable"`` string (``gpu_demo.guard.target``);
+                     a factory may supply the example inputs
     ``inputs``       example tensors: their shapes and dtypes are the captured static inputs
     ``reference``    computes the right answer eagerly (default: ``fn`` itself, see ``gpu_demo.guard.differential``)
     ``dtype``        for factories: a ``torch.dtype`` or a name (``"bfloat16"``, ``"bf16"``, ``"float16"``,
@@ -238,6 +238,9 @@ def check_capture(
                         "factory returning (fn, example_inputs))")
     if not isinstance(replays, int) or isinstance(replays, bool) or replays < 1:
         raise ValueError(f"replays must be a positive integer, got {replays!r}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds (the child is abandoned after it), "
+                         f"got {timeout!r}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict of the factory's keyword arguments, got {type(kwargs).__name__}")
     if fresh_inputs is not None and not callable(fresh_inputs):

@@ -346,6 +346,8 @@ def test_a_lambda_is_checked_isolated_or_not():
     (lambda: check_capture(double), "no example inputs"),
     (lambda: check_capture(double, [1, 2]), "must be tensors"),
     (lambda: check_capture(double, torch.ones(2), replays=0), "positive integer"),
+    (lambda: check_capture(double, torch.ones(2), timeout=0), "timeout must be a positive number of seconds"),
+    (lambda: check_capture(double, torch.ones(2), timeout="60"), "timeout must be a positive number of seconds"),
 ])
 def test_bad_arguments_get_clear_errors(call, error):
     with pytest.raises((TargetError, TypeError, ValueError), match=error):
