@@ -55,13 +55,15 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn as nn
 
+from gpu_demo.guard.record.call_site import raised_at
+
 try:
     import cloudpickle
 except ImportError:  # an optional dependency (the gpu extra): without it, only importable targets travel
     cloudpickle = None
 
 Target = str | Callable[..., Any]
-"""A ``"module:callable"`` string, or the object itself."""
+"""A ``"module:callable"`` or ``"file.py:callable"`` string, or the object itself."""
 
 DEFAULT_DTYPE = torch.bfloat16
 """What a ``(device, dtype)`` factory is built in when neither ``dtype=`` nor example inputs say."""
@@ -138,8 +140,6 @@ def _module_of_file(path: Path, spec: str) -> ModuleType:
 
 def _raised(exc: BaseException) -> str:
     """``"SyntaxError: invalid syntax (at layers.py:2)"``: what the target's code raised, and where."""
-    from gpu_demo.guard.record.call_site import raised_at
-
     if isinstance(exc, SyntaxError):
         return f"SyntaxError: {exc.msg} (at {exc.filename}:{exc.lineno})"
     site = raised_at(exc)
