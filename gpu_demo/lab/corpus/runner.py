@@ -251,9 +251,9 @@ def summary(results: dict[str, Any] | None, only: list[str] | None = None) -> st
     safe = [r for r in functions if r["expected"] == corpus.SAFE]
     by_rule = sum(any(reason.startswith("rule ") for reason in r["flagged_by"]) for r in hazardous)
     p = results["provenance"]
+    lead = "Of the programs asked for, on" if only else "On"
     sentence = (
-        ("Of the programs asked for, o" if only else "O") +
-        f"n the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), `check_capture` flagged "
+        f"{lead} the {p['gpu']} (torch {p['torch']}, {p['date_utc'][:10]}; `{p['command']}`), `check_capture` flagged "
         f"{sum(bool(r['flagged_by']) for r in hazardous)} of {len(hazardous)} hazardous programs "
         f"({by_rule} by a checker rule) and passed {sum(judged(r) for r in safe)} of {len(safe)} safe ones "
         f"with no finding. {_process_sentence(programs)} GPU truth: each program captured and replayed "
