@@ -5,7 +5,11 @@
 # out/results):
 #   corpus-serving.json    the four serving programs' truth and whole-process verdicts (--out keeps the
 #                          committed gpu_demo/lab/results/corpus-h200.json as it is)
-#   startup-overhead.json  the start-up benchmark (61 layers, 8 batch sizes), 7 repeats, checked over unchecked
+#   corpus.json, zoo.json, (verdicts, not in the default set) every corpus program's and zoo model's verdicts, and
+#   stateful.json          the stateful decode steps' (about 4 minutes on an H100); `python -m gpu_demo compare
+#                          $OUT/corpus.json` (and zoo.json) sets them beside the committed H200 results
+#   startup-overhead.json  the start-up benchmark (61 layers, 8 batch sizes), STARTUP_REPEATS (11) repeats,
+#                          checked over unchecked
 #   generate-overhead.json eager generate after a start-up, 7 repeats as far as GENERATE_LIMIT (s) allows
 #   serving-overhead.json  a server's life, plain and checked: 7 repeats of SERVING_STEPS steps in blocks of 1,000
 #   serving-100k.json      7 repeats of 100,000 steps in blocks of 5,000, plain and checked (the last block
@@ -17,11 +21,14 @@
 # JSON files carry their provenance and say how many repeats ran (repeats_done). Name parts to run only those:
 #     benchmarks/serving_results.sh corpus generate
 #     SERVING_STEPS=10000 benchmarks/serving_results.sh serving
+# Issue 34's acceptance in two device calls of 10 minutes: `startup generate verdicts` (about 7 minutes with
+# GENERATE_LIMIT=50), then `long`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out/results}
 SERVING_STEPS=${SERVING_STEPS:-5000}
 GENERATE_LIMIT=${GENERATE_LIMIT:-300}
+STARTUP_REPEATS=${STARTUP_REPEATS:-11}
 PARTS=${*:-corpus startup generate serving long csan}
 mkdir -p "$OUT"
 for part in $PARTS; do
@@ -30,8 +37,17 @@ for part in $PARTS; do
         time timeout 100 python3 -m gpu_demo corpus --jobs 4 --timeout 100 --out "$OUT/corpus-serving.json" \
             --only serve_vllm_buckets serve_sglang_buckets serve_output_read_after_other_bucket serve_static_input_rebuilt
         echo "corpus exit: $?" ;;
+    verdicts)
+        time timeout 120 python3 -m gpu_demo corpus --jobs 8 --timeout 100 --out "$OUT/corpus.json"
+        echo "corpus (all programs) exit: $?"
+        timeout 170 python3 -m gpu_demo.lab.zoo.stateful --out "$OUT/stateful.json" > "$OUT/stateful.log" 2>&1 &
+        stateful=$!
+        time timeout 170 python3 -m gpu_demo.lab.zoo.runner --out "$OUT/zoo.json" --jobs 4
+        echo "zoo exit: $?"
+        wait $stateful; echo "stateful exit: $? (its output: $OUT/stateful.log)" ;;
     startup)
-        time timeout 150 python3 benchmarks/process_startup_overhead.py --repeats 7 --out "$OUT/startup-overhead.json"
+        time timeout $((STARTUP_REPEATS * 20 + 20)) python3 benchmarks/process_startup_overhead.py \
+            --repeats "$STARTUP_REPEATS" --out "$OUT/startup-overhead.json"
         echo "startup-overhead exit: $?" ;;
     generate)
         time timeout $((GENERATE_LIMIT + 25)) python3 benchmarks/generate_overhead.py --repeats 7 \
@@ -55,7 +71,7 @@ for part in $PARTS; do
         time timeout 120 python3 benchmarks/check_replay.py tape --serving 5000 --out "$OUT/serving.tape"
         echo "tape serving exit: $?" ;;
     *)
-        echo "serving_results.sh: unknown part $part (the parts: corpus startup generate serving long csan tape)" >&2
+        echo "serving_results.sh: unknown part $part (the parts: corpus verdicts startup generate serving long csan tape)" >&2
         exit 2 ;;
     esac
 done

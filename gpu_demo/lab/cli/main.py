@@ -13,10 +13,11 @@
             (``--dry-run``: on the CPU, no GPU needed); exit 1 if it finds a hazard
 
 ``fidelity`` the simulator against the committed H200 results (no GPU)
+``compare`` a corpus or zoo run against the committed H200 results, program by program (no GPU)
 
 ``check``, ``corpus`` and ``recorder-overhead`` are ``gpu_demo.lab.cli.check``'s.
 ``zoo`` is ``gpu_demo.lab.zoo.runner``'s (the model zoo's truth and the guard's verdicts).
-``record --dry-run``, ``fidelity``, ``check``, ``corpus --summary`` and
+``record --dry-run``, ``fidelity``, ``compare``, ``check``, ``corpus --summary`` and
 ``recorder-overhead --dry-run`` run on a CPU; every other command needs CUDA,
 and without it prints one line and exits with status 2. A command never writes its
 default results file over one already there (the committed H200 results): it asks
@@ -104,7 +105,7 @@ class _Commands(argparse._SubParsersAction):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _parser(prog="python -m gpu_demo", description=DESCRIPTION,
-                     epilog="record --dry-run, fidelity, check, corpus --summary and recorder-overhead "
+                     epilog="record --dry-run, fidelity, compare, check, corpus --summary and recorder-overhead "
                             "--dry-run run on a CPU; every other command needs CUDA, and without it "
                             "prints one line and exits with status 2.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_parser, action=_Commands)
@@ -172,6 +173,18 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Compare the simulator's predictions with the committed H200 results "
                                     "(outcomes of the conformance matrix, and replay latency), as Markdown. "
                                     "Runs on a CPU.")
+    compare = commands.add_parser("compare", help="a corpus or zoo run against the committed H200 results, "
+                                  "program by program (no GPU needed)",
+                                  description="Compare a corpus or model-zoo results file (corpus --out, zoo "
+                                              "--out) with the committed H200 results of its kind, or with "
+                                              "--against FILE: each program's GPU truth and the guard's "
+                                              "verdicts. Exit 0 when they agree, 1 when one changed (a race's "
+                                              "timing is listed, not counted), 2 on a file that is not such "
+                                              "results. Runs on a CPU.")
+    compare.add_argument("results", type=Path, metavar="FILE", help="the results to compare (JSON)")
+    compare.add_argument("--against", type=Path, metavar="FILE",
+                         help="the results to compare with (default: corpus-h200.json or zoo-h200.json, "
+                              "committed in gpu_demo/lab/results)")
     check_cli.register(commands)  # check, corpus, recorder-overhead (gpu_demo.lab.cli.check)
     commands.add_parser("zoo", add_help=False, help="the model zoo on a GPU: truth, verdict and check time per "
                         "model (gpu_demo.lab.zoo.runner; its flags: zoo --help)")
@@ -247,6 +260,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[
     if args.command == "fidelity":
         print(fidelity_report())
         return 0
+    if args.command == "compare":
+        return _compare(args)
     dry_run = args.command == "record" and args.dry_run
     command_parser = _command_parser(parser, args.command)
     try:
@@ -287,6 +302,19 @@ def _default_outputs(args: argparse.Namespace) -> dict[str, Path]:
 
 
 # -- commands ---------------------------------------------------------------------
+
+def _compare(args: argparse.Namespace) -> int:
+    from gpu_demo.lab.results import compare
+
+    try:
+        against = args.against or compare.default_against(compare.load(args.results)[0])
+        text, status = compare.report(against, args.results)
+    except compare.ResultsError as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return status
+
 
 def fidelity_report() -> str:
     """Both comparisons with the committed H200 results, as Markdown (docs/results.md quotes it)."""
