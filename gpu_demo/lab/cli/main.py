@@ -12,7 +12,7 @@
 ``record``  record a capture as a simlib trace and print the checker's report
             (``--dry-run``: on the CPU, no GPU needed); exit 1 if it finds a hazard
 
-``fidelity`` the simulator against the committed H200 results (no GPU)
+``fidelity`` the simulator against the committed H200 results, or a seat's (``--matrix``, ``--corpus``; no GPU)
 ``compare`` a corpus or zoo run against the committed H200 results, program by program (no GPU)
 
 ``check``, ``corpus`` and ``recorder-overhead`` are ``gpu_demo.lab.cli.check``'s.
@@ -168,11 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--strict", action="store_true",
                         help="exit 1 on warnings (races) too, not only on errors")
 
-    commands.add_parser("fidelity", help="the simulator against the committed H200 results "
-                        "(outcomes and replay latency; no GPU needed)",
-                        description="Compare the simulator's predictions with the committed H200 results "
-                                    "(outcomes of the conformance matrix, and replay latency), as Markdown. "
-                                    "Runs on a CPU.")
+    fidelity = commands.add_parser(
+        "fidelity", help="the simulator against the committed H200 results, or a GPU seat's "
+        "(outcomes and replay latency; no GPU needed)",
+        description="Compare the simulator's predictions with the committed H200 results (outcomes of the "
+                    "conformance matrix and of the incident gallery's corpus twins, and replay latency), as "
+                    "Markdown; with --matrix or --corpus, with a run of your own (its outcomes). Exit 0 when "
+                    "every outcome is one the simulator predicts, 1 when one is not, 2 on a file that is not "
+                    "such results. Runs on a CPU.")
+    fidelity.add_argument("--matrix", type=Path, metavar="FILE",
+                          help="a run --matrix results file (default: the committed matrix-h200.json)")
+    fidelity.add_argument("--corpus", type=Path, metavar="FILE",
+                          help="a corpus results file (default: the committed corpus-h200.json)")
     compare = commands.add_parser("compare", help="a corpus or zoo run against the committed H200 results, "
                                   "program by program (no GPU needed)",
                                   description="Compare a corpus or model-zoo results file (corpus --out, zoo "
@@ -258,8 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "fidelity":
-        print(fidelity_report())
-        return 0
+        return _fidelity(args)
     if args.command == "compare":
         return _compare(args)
     dry_run = args.command == "record" and args.dry_run
@@ -316,13 +322,37 @@ def _compare(args: argparse.Namespace) -> int:
     return status
 
 
-def fidelity_report() -> str:
-    """Both comparisons with the committed H200 results, as Markdown (docs/results.md quotes it)."""
+def _fidelity(args: argparse.Namespace) -> int:
+    try:
+        text, agree = fidelity(args.matrix, args.corpus)
+    except ValueError as exc:   # a file that is not such results: conformance says which, in one line
+        print(f"fidelity: {exc}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0 if agree else 1
+
+
+def fidelity(matrix: Path | None = None, corpus: Path | None = None) -> tuple[str, bool]:
+    """The simulator's outcomes against a matrix and a corpus run (default: the committed H200
+    results, with the replay latency too), as Markdown; and whether every outcome agrees."""
+    from gpu_demo.lab import results
     from gpu_demo.lab.measure import conformance, prediction
 
-    return (conformance.format_table(conformance.rows()) + "\n\n"
-            + conformance.format_gallery_table(conformance.gallery_rows()) + "\n\n"
-            + prediction.format_table(prediction.predictions()))
+    matrix_file, corpus_file = matrix or conformance.RESULTS, corpus or results.path("corpus-h200")
+    for given in (matrix, corpus):
+        if given is not None and not given.is_file():
+            raise ValueError(f"{given}: no such file")
+    scenarios, gallery = conformance.rows(matrix_file), conformance.gallery_rows(corpus_file)
+    parts = [conformance.format_table(scenarios, conformance.card(matrix_file)),
+             conformance.format_gallery_table(gallery, conformance.card(corpus_file))]
+    if matrix is None and corpus is None:   # the latency is the committed H200 bench's
+        parts.append(prediction.format_table(prediction.predictions()))
+    return "\n\n".join(parts), all(r.agree for r in scenarios) and all(r.agree is not False for r in gallery)
+
+
+def fidelity_report() -> str:
+    """Both comparisons with the committed H200 results, as Markdown (docs/results.md quotes it)."""
+    return fidelity()[0]
 
 
 def _errors_cell(errors: list[float | None], tolerance: float, shown: int = 4) -> str:

@@ -20,6 +20,10 @@ it, and its PyTorch twin, the corpus program of the same name, ran on the H200
 (``results/corpus-h200.json``). A twin with no H200 result yet is listed as *not
 run*, never counted as agreeing.
 
+Another card's run (``python -m gpu_demo fidelity --matrix FILE``, a GPU seat's) is read against
+the same predictions, made with the H200's timing: a race predicts each of its orders, so a card
+that times it otherwise still agrees where it shows one of them.
+
 Schedules are explored over at most ``simlib.programs.predictions.EXPLORED_REPLAYS`` replays: a schedule
 repeats on every replay, and from the second replay on memory holds what the
 previous one left, so later replays add nothing new.
@@ -78,8 +82,8 @@ def rows(path: Path = RESULTS) -> list[Row]:
         gpu = load_gpu_results(Path(path))
         if gpu is None:
             raise FileNotFoundError("no such file")
-    except (OSError, KeyError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read GPU outcomes from {path}: {exc}. Record them on a GPU "
+    except (OSError, KeyError, TypeError, AttributeError, ValueError) as exc:   # JSON errors are ValueErrors
+        raise ValueError(f"cannot read GPU outcomes from {path}: {type(exc).__name__}: {exc}. Record them on a GPU "
                          "with `python -m gpu_demo run --matrix`.") from None
     out = []
     for config, case in gpu.cases.items():
@@ -91,9 +95,19 @@ def rows(path: Path = RESULTS) -> list[Row]:
     return out
 
 
-def format_table(table: list[Row]) -> str:
+def card(path: Path) -> str:
+    """The GPU a results file ran on, as a table names it (``H200`` for ``NVIDIA H200``; ``GPU``
+    where the file has no provenance)."""
+    try:
+        gpu = (json.loads(Path(path).read_text()).get("provenance") or {}).get("gpu")
+    except (OSError, ValueError, AttributeError):
+        gpu = None
+    return gpu.removeprefix("NVIDIA ") if isinstance(gpu, str) and gpu else "GPU"
+
+
+def format_table(table: list[Row], gpu: str = "H200") -> str:
     """A Markdown table: scenario, prediction, GPU outcome, agreement; then how agreement is defined."""
-    lines = ["| scenario | simulator predicts | H200 showed | agree | checker |",
+    lines = [f"| scenario | simulator predicts | {gpu} showed | agree | checker |",
              "|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r.name} | {_predicted(r.predicted)} | {_shown(r)} | "
@@ -156,15 +170,15 @@ def gallery_rows(path: Path = results.path("corpus-h200")) -> list[GalleryRow]:
     return out
 
 
-def format_gallery_table(table: list[GalleryRow]) -> str:
+def format_gallery_table(table: list[GalleryRow], gpu: str = "H200") -> str:
     """A Markdown table of the gallery's programs, then how many agree and how many have not run."""
-    lines = ["| gallery program | simulator predicts | H200 showed | agree | checker |", "|---|---|---|---|---|"]
+    lines = [f"| gallery program | simulator predicts | {gpu} showed | agree | checker |", "|---|---|---|---|---|"]
     for r in table:
         agree = {None: "not run", True: "yes", False: "NO"}[r.agree]
         lines.append(f"| {r.name} | {', '.join(sorted(r.predicted))} | {r.shown} | {agree} | "
                      f"{', '.join(r.rules) or 'clean'} |")
     ran = [r for r in table if r.gpu is not None]
     lines.append(f"\n{sum(bool(r.agree) for r in ran)} of {len(table)} gallery programs agree with their "
-                 f"PyTorch twin's H200 run; {len(table) - len(ran)} with no H200 result yet "
+                 f"PyTorch twin's {gpu} run; {len(table) - len(ran)} with no {gpu} result yet "
                  "(`python -m gpu_demo corpus`), which count as not agreeing.")
     return "\n".join(lines)

@@ -214,3 +214,60 @@ def test_every_gallery_program_has_its_pytorch_twin_in_the_corpus():
     names = [n for c in CASES.values() for n in (c.name, c.fix)]
     assert [n for n in names if n not in corpus.PROGRAMS] == []
     assert all(corpus.load(n).EXPECTED == ("hazardous" if i % 2 == 0 else "safe") for i, n in enumerate(names))
+
+
+# ----------------------------------------------------------------- a GPU seat's own runs
+def test_a_seats_matrix_whose_outcome_no_schedule_gives_disagrees(tmp_path, capsys):
+    pytest.importorskip("torch")   # the lab's command line imports it
+    from gpu_demo.lab.cli.main import fidelity, main
+
+    seat = json.loads((RESULTS / "matrix-h200.json").read_text())
+    seat["provenance"]["gpu"] = "NVIDIA A100-SXM4-80GB"
+    case = next(c for c in seat["cases"] if c["name"] == "routed_first/raw_kernel/always")
+    case["outcome"] = CORRECT   # the simulator says every replay faults: no schedule is correct
+    file = tmp_path / "matrix-seat.json"
+    file.write_text(json.dumps(seat))
+    text, agree = fidelity(matrix=file)
+    assert not agree
+    assert "| scenario | simulator predicts | A100-SXM4-80GB showed | agree | checker |" in text
+    assert "| routed_first/raw_kernel/always | illegal_address | correct | NO |" in text
+    assert "| configuration | simulated (H200 profile)" not in text   # that latency is the committed H200 bench's
+    assert main(["fidelity", "--matrix", str(file)]) == 1
+    assert "34 of 35 scenarios agree" in capsys.readouterr().out
+
+
+def test_a_seats_corpus_names_its_card_and_agrees(capsys):
+    pytest.importorskip("torch")
+    from gpu_demo.lab.cli.main import main
+
+    rerun = RESULTS / "reruns" / "2026-12-07-e9d6563-h100" / "corpus-e9d6563.json"
+    assert main(["fidelity", "--corpus", str(rerun)]) == 0
+    out = capsys.readouterr().out
+    assert "| gallery program | simulator predicts | H100 80GB HBM3 showed | agree | checker |" in out
+    assert "agree with their PyTorch twin's H100 80GB HBM3 run; 0 with no H100 80GB HBM3 result yet" in out
+
+
+@pytest.mark.parametrize("flag, content, said", [
+    ("--matrix", None, "no such file"),
+    ("--matrix", "[1, 2]", "cannot read GPU outcomes from"),
+    ("--matrix", '{"cases": [{"config": {"nope": 1}, "outcome": "correct"}]}', "unknown option"),
+    ("--corpus", '{"cases": []}', "cannot read corpus results from"),
+])
+def test_a_file_that_is_not_such_results_is_refused_in_one_line(tmp_path, capsys, flag, content, said):
+    pytest.importorskip("torch")
+    from gpu_demo.lab.cli.main import main
+
+    file = tmp_path / "x.json"
+    if content is not None:
+        file.write_text(content)
+    assert main(["fidelity", flag, str(file)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("fidelity: ") and said in line
+
+
+def test_the_committed_results_alone_compare_the_replay_latency_too():
+    pytest.importorskip("torch")
+    from gpu_demo.lab.cli.main import fidelity
+
+    text, agree = fidelity()
+    assert agree and "| configuration | simulated (H200 profile) µs | measured on H200 µs | error |" in text
