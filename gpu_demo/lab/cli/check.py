@@ -154,8 +154,9 @@ def _corpus(args: argparse.Namespace, argv: list[str]) -> int:
     results = runner.run_corpus(names, jobs=args.jobs, dtype=args.dtype, replays=args.replays,
                                 timeout=args.timeout, anchors=args.anchors)
     print(format_table(runner.TABLE_HEADERS, runner.table_rows(results)))
-    write_result(args.out or default_path("corpus"), argv,
-                 {"dtype": args.dtype, "replays": args.replays, "programs": results})
+    out = args.out or default_path("corpus")
+    write_result(out, argv, {"dtype": args.dtype, "replays": args.replays, "programs": results})
+    print(f"beside the committed H200 run, program by program: python -m gpu_demo compare {out}")
     return 0
 
 

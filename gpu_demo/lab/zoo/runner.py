@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(results, indent=1) + "\n")
     print(summary(results))
     print(f"wrote {args.out}")
+    print(f"beside the committed H200 run, entry by entry: python -m gpu_demo compare {args.out}")
     return 0 if all(r["clean"] for r in entries) else 1
 
 

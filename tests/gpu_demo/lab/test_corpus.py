@@ -298,6 +298,9 @@ def test_the_corpus_command_prints_the_table_and_writes_json_with_provenance(mon
     written = json.loads(out.read_text())
     assert written["provenance"]["command"] == f"python -m gpu_demo corpus --out {out} --jobs 2"
     assert [p["name"] for p in written["programs"]] == [r["name"] for r in fake_results()]
+    assert table.splitlines()[-1] == f"beside the committed H200 run, program by program: python -m gpu_demo compare {out}"
+    assert main(["compare", str(out)]) in (0, 1)   # the file it names is one compare reads
+    assert "3 programs in both" in capsys.readouterr().out
 
 
 def test_the_corpus_command_refuses_unknown_programs_and_a_machine_without_cuda(capsys):

@@ -22,6 +22,7 @@ pytest.importorskip("transformers")
 from gpu_demo.guard.check import check_capture  # noqa: E402
 from gpu_demo.guard.record.capture import record_capture  # noqa: E402
 from gpu_demo.lab import zoo  # noqa: E402
+from gpu_demo.lab.results import compare  # noqa: E402
 from gpu_demo.lab.zoo import runner  # noqa: E402
 from simlib.checker import check, format_report  # noqa: E402
 from simlib.glossary import NOT_ON_GPU  # noqa: E402
@@ -226,7 +227,10 @@ def test_the_runner_writes_json_with_provenance(monkeypatch, tmp_path, capsys):
     assert written["provenance"]["command"] == f"python -m gpu_demo.lab.zoo.runner --out {out} --only llama_decode qwen2_forward"
     assert set(written["provenance"]["libraries"]) == {"timm", "transformers"}
     assert [e["name"] for e in written["entries"]] == ["llama_decode", "qwen2_forward"]
-    assert "2 of 2 zoo entries were clean" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 of 2 zoo entries were clean" in printed
+    assert printed.splitlines()[-1] == f"beside the committed H200 run, entry by entry: python -m gpu_demo compare {out}"
+    assert compare.load(out)[0] == "zoo"   # the file it names is one compare reads
 
 
 # -- on a GPU --------------------------------------------------------------------------------------
