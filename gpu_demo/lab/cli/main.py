@@ -71,7 +71,7 @@ _SUITE_FIELDS = ("order", "shared_mode", "dispose", "clone", "capture_fault")
 _NOT_DECODE_FIELDS = ("inputs", "capture_mode", "replays")
 
 
-DESCRIPTION = "The capture-order lab on a real GPU: run, bench, decode, record, check, corpus, fidelity."
+DESCRIPTION = "The capture-order lab on a real GPU: run, bench, decode, record, check, corpus, fidelity, compare."
 _SIZE_HELP = {"layers": "MoE layers in the decode step", "tokens": "tokens in the decode batch",
               "hidden": "hidden size", "intermediate": "intermediate size of each expert",
               "experts": "routed experts", "top_k": "routed experts per token",
