@@ -11,7 +11,7 @@ import pytest
 from gpu_demo.lab import results
 from gpu_demo.lab.results import compare
 
-RERUN = results.RESULTS_DIR / "reruns" / "2026-12-07-e9d6563-h100"   # a real H100 run of the same code family
+RERUNS = results.RESULTS_DIR / "reruns"   # real H100 runs: e9d6563's, and ba4ada9's (compare's first on a GPU)
 
 
 def corpus() -> dict:
@@ -91,12 +91,14 @@ def test_a_zoo_model_no_longer_clean_fails():
     assert gone == added == []
 
 
-def test_real_h100_runs_agree_with_the_h200_program_by_program():
-    """The committed e9d6563 reruns on an H100: every verdict the H200's; only the race's replay differed."""
+@pytest.mark.parametrize("commit", ["e9d6563", "ba4ada9"])
+def test_real_h100_runs_agree_with_the_h200_program_by_program(commit):
+    """Committed reruns on H100s: every verdict the H200's; only the race's truth and replay differed."""
+    rerun = RERUNS / f"2026-12-07-{commit}-h100"
     for kind in ("corpus", "zoo"):
-        text, status = compare.report(compare.default_against(kind), RERUN / f"{kind}-e9d6563.json")
+        text, status = compare.report(compare.default_against(kind), rerun / f"{kind}-{commit}.json")
         assert status == 0, text
-    found, _, _ = compare.changes(corpus(), json.loads((RERUN / "corpus-e9d6563.json").read_text()), "corpus")
+    found, _, _ = compare.changes(corpus(), json.loads((rerun / f"corpus-{commit}.json").read_text()), "corpus")
     assert found and all(c.timed and c.program == "race_read_before_join" for c in found)
 
 
