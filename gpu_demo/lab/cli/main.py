@@ -313,8 +313,7 @@ def _compare(args: argparse.Namespace) -> int:
     from gpu_demo.lab.results import compare
 
     try:
-        against = args.against or compare.default_against(compare.load(args.results)[0])
-        text, status = compare.report(against, args.results)
+        text, status = compare.report(args.against, args.results)
     except compare.ResultsError as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 2

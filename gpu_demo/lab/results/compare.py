@@ -84,10 +84,12 @@ def changes(before: dict[str, Any], after: dict[str, Any], kind: str) -> tuple[l
     return found, [n for n in old if n not in new], [n for n in new if n not in old]
 
 
-def report(before_file: Path, after_file: Path) -> tuple[str, int]:
-    """The comparison as text, and the exit status: 0 the same, 1 a counted change."""
-    kind, before = load(before_file)
+def report(before_file: Path | None, after_file: Path) -> tuple[str, int]:
+    """The comparison as text, and the exit status: 0 the same, 1 a counted change. ``before_file``
+    ``None``: the committed H200 results of ``after_file``'s kind."""
     other, after = load(after_file)
+    before_file = before_file or default_against(other)
+    kind, before = load(before_file)
     if other != kind:
         raise ResultsError(f"{after_file} holds {other} results and {before_file} {kind} results: compare a "
                            f"run with one of its own kind")
