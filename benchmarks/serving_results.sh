@@ -21,8 +21,9 @@
 # JSON files carry their provenance and say how many repeats ran (repeats_done). Name parts to run only those:
 #     benchmarks/serving_results.sh corpus generate
 #     SERVING_STEPS=10000 benchmarks/serving_results.sh serving
-# Issue 34's acceptance in two device calls of 10 minutes: `startup generate verdicts` (about 7 minutes with
-# GENERATE_LIMIT=50), then `long`.
+# Issue 34's acceptance in three device calls of 10 minutes: `startup generate` (about 6.5 minutes: generate's 7
+# repeats took 34 s each on an H100 at 1a3cbec, so a GENERATE_LIMIT under about 240 cuts its repeats), `verdicts`
+# (about 5 minutes: the whole corpus took 96 s on a quiet H100 host, over 120 s on a slow one), then `long`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-out/results}
@@ -38,11 +39,11 @@ for part in $PARTS; do
             --only serve_vllm_buckets serve_sglang_buckets serve_output_read_after_other_bucket serve_static_input_rebuilt
         echo "corpus exit: $?" ;;
     verdicts)
-        time timeout 120 python3 -m gpu_demo corpus --jobs 8 --timeout 100 --out "$OUT/corpus.json"
+        time timeout 240 python3 -m gpu_demo corpus --jobs 8 --timeout 100 --out "$OUT/corpus.json"
         echo "corpus (all programs) exit: $?"
-        timeout 170 python3 -m gpu_demo.lab.zoo.stateful --out "$OUT/stateful.json" > "$OUT/stateful.log" 2>&1 &
+        timeout 240 python3 -m gpu_demo.lab.zoo.stateful --out "$OUT/stateful.json" > "$OUT/stateful.log" 2>&1 &
         stateful=$!
-        time timeout 170 python3 -m gpu_demo.lab.zoo.runner --out "$OUT/zoo.json" --jobs 4
+        time timeout 240 python3 -m gpu_demo.lab.zoo.runner --out "$OUT/zoo.json" --jobs 4
         echo "zoo exit: $?"
         wait $stateful; echo "stateful exit: $? (its output: $OUT/stateful.log)" ;;
     startup)
