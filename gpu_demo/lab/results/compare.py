@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_demo.lab.results import path
+from simlib.checker.findings import plural
 
 KINDS = {"programs": "corpus", "entries": "zoo"}   # a results file's list of programs, by its key
 RACES = ("rule 3 ", "rule 4 ")   # a program flagged so has an outcome that depends on timing
@@ -101,13 +102,13 @@ def report(before_file: Path | None, after_file: Path) -> tuple[str, int]:
     lines = [f"{kind} results: {after_file} ({_origin(after)})",
              f"      against: {before_file} ({_origin(before)})",
              f"{both} programs in both: {both - changed} the same, {changed} changed"
-             + (f"; {_count(timed, 'difference')} a race's timing decides" if timed else "")]
+             + (f"; {plural(timed, 'difference')} a race's timing decides" if timed else "")]
     lines += [f"  {c}" for c in found]
     if gone:
-        lines.append(f"Only in {before_file} (not run in {after_file}), {_count(len(gone), 'program')}: "
+        lines.append(f"Only in {before_file} (not run in {after_file}), {plural(len(gone), 'program')}: "
                      f"{', '.join(gone)}")
     if added:
-        lines.append(f"Only in {after_file}, {_count(len(added), 'program')}: {', '.join(added)}")
+        lines.append(f"Only in {after_file}, {plural(len(added), 'program')}: {', '.join(added)}")
     return "\n".join(lines), 1 if counted else 0
 
 
@@ -149,10 +150,6 @@ def _near(file: Path) -> Path:
         return file.resolve().relative_to(Path.cwd())
     except ValueError:
         return file
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _shown(value: Any) -> str:
