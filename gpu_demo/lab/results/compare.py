@@ -73,16 +73,17 @@ def default_against(kind: str) -> Path:
     return path(f"{kind}-h200")
 
 
-def changes(before: dict[str, Any], after: dict[str, Any], kind: str) -> tuple[list[Change], list[str], list[str]]:
-    """What differs, program by program; then the programs only ``before`` has, and only ``after``."""
+def changes(before: dict[str, Any], after: dict[str, Any], kind: str) -> tuple[list[Change], list[str], list[str], int]:
+    """What differs, program by program; then the programs only ``before`` has, only ``after``, and
+    how many both have."""
     old, new = _programs(before, kind), _programs(after, kind)
-    found = []
-    for name in (n for n in old if n in new):
+    found, shared = [], [n for n in old if n in new]
+    for name in shared:
         a, b = _facts(old[name], kind), _facts(new[name], kind)
         raced = _raced(old[name]) and _raced(new[name])
         found += [Change(name, fact, a[fact], b[fact], raced and fact in TIMED)
                   for fact in a if a[fact] != b[fact]]
-    return found, [n for n in old if n not in new], [n for n in new if n not in old]
+    return found, [n for n in old if n not in new], [n for n in new if n not in old], len(shared)
 
 
 def report(before_file: Path | None, after_file: Path) -> tuple[str, int]:
@@ -94,9 +95,8 @@ def report(before_file: Path | None, after_file: Path) -> tuple[str, int]:
     if other != kind:
         raise ResultsError(f"{after_file} holds {other} results and {before_file} {kind} results: compare a "
                            f"run with one of its own kind")
-    found, gone, added = changes(before, after, kind)
+    found, gone, added, both = changes(before, after, kind)
     counted = [c for c in found if not c.timed]
-    both = len(_programs(before, kind)) - len(gone)
     changed, timed = len({c.program for c in counted}), len(found) - len(counted)
     before_file, after_file = _near(before_file), _near(after_file)
     lines = [f"{kind} results: {after_file} ({_origin(after)})",

@@ -86,9 +86,9 @@ def test_a_zoo_model_no_longer_clean_fails():
     zoo = results.load("zoo-h200")
     mine = copy.deepcopy(zoo)
     mine["entries"][0]["clean"] = False
-    found, gone, added = compare.changes(zoo, mine, "zoo")
+    found, gone, added, both = compare.changes(zoo, mine, "zoo")
     assert [(c.program, c.fact, c.timed) for c in found] == [(zoo["entries"][0]["name"], "clean", False)]
-    assert gone == added == []
+    assert gone == added == [] and both == len(zoo["entries"])
 
 
 @pytest.mark.parametrize("commit", ["e9d6563", "ba4ada9"])
@@ -98,7 +98,7 @@ def test_real_h100_runs_agree_with_the_h200_program_by_program(commit):
     for kind in ("corpus", "zoo"):
         text, status = compare.report(compare.default_against(kind), rerun / f"{kind}-{commit}.json")
         assert status == 0, text
-    found, _, _ = compare.changes(corpus(), json.loads((rerun / f"corpus-{commit}.json").read_text()), "corpus")
+    found, *_ = compare.changes(corpus(), json.loads((rerun / f"corpus-{commit}.json").read_text()), "corpus")
     assert found and all(c.timed and c.program == "race_read_before_join" for c in found)
 
 
