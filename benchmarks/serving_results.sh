@@ -22,7 +22,7 @@
 #     benchmarks/serving_results.sh corpus generate
 #     SERVING_STEPS=10000 benchmarks/serving_results.sh serving
 # Issue 34's acceptance in three device calls of 10 minutes: `startup generate` (about 6.5 minutes: generate's 7
-# repeats took 34 s each on an H100 at 1a3cbec, so a GENERATE_LIMIT under about 240 cuts its repeats), `verdicts`
+# repeats took 34 s each on an H100 at 1a3cbec, and a GENERATE_LIMIT of 250 ran 6 of them at c7493be), `verdicts`
 # (about 5 minutes: the whole corpus took 96 s on a quiet H100 host, over 120 s on a slow one), then `long`.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=.
