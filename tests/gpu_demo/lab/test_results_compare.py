@@ -91,11 +91,13 @@ def test_a_zoo_model_no_longer_clean_fails():
     assert gone == added == [] and both == len(zoo["entries"])
 
 
-@pytest.mark.parametrize("commit", ["e9d6563", "ba4ada9"])
-def test_real_h100_runs_agree_with_the_h200_program_by_program(commit):
+@pytest.mark.parametrize("day, commit, kinds", [("2026-12-07", "e9d6563", ("corpus", "zoo")),
+                                               ("2026-12-07", "ba4ada9", ("corpus", "zoo")),
+                                               ("2026-12-08", "c7493be", ("corpus",))])
+def test_real_h100_runs_agree_with_the_h200_program_by_program(day, commit, kinds):
     """Committed reruns on H100s: every verdict the H200's; only the race's truth and replay differed."""
-    rerun = RERUNS / f"2026-12-07-{commit}-h100"
-    for kind in ("corpus", "zoo"):
+    rerun = RERUNS / f"{day}-{commit}-h100"
+    for kind in kinds:
         text, status = compare.report(compare.default_against(kind), rerun / f"{kind}-{commit}.json")
         assert status == 0, text
     found, *_ = compare.changes(corpus(), json.loads((rerun / f"corpus-{commit}.json").read_text()), "corpus")
