@@ -48,7 +48,7 @@ from .random_ops import RandomCalls
 from .replay import ReplayCalls
 from .tensors import TensorCalls
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # schedules imports runtime
     from ..schedules import Schedule
 
 __all__ = ["Runtime"]
