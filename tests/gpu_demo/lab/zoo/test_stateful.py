@@ -69,6 +69,8 @@ def test_steps_with_state_pass_and_the_planted_counter_is_caught_on_a_gpu():
     assert errors[0] == 0 and max(errors[1:]) > 0, planted.format()
 
 
+# this file imported the module first, which `python -m` does not: runpy says so
+@pytest.mark.filterwarnings("ignore:'gpu_demo.lab.zoo.stateful' found in sys.modules:RuntimeWarning")
 def test_the_targets_resolve_when_the_module_runs_as_a_script():
     # `python -m gpu_demo.lab.zoo.stateful` runs it as __main__, which the check's worker cannot import
     scripted = runpy.run_module(stateful.PROGRAM, run_name="__main__.notrun")
